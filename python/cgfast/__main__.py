@@ -1,0 +1,3 @@
+from cgfast._cli import main
+
+main()

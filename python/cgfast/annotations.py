@@ -1,0 +1,35 @@
+"""Annotation files: the JSON format the trace processor reads (plain or ``.gz``).
+
+Reading and writing are done by the Rust core, so the CLI and Python agree on the
+format; pickles written by PyTorch are read without executing any code.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping, Optional
+
+from cgfast import _cgfast
+
+Annotations = Mapping[int, list]
+
+
+def save_annotations(
+    path: "str | os.PathLike[str]",
+    annotations: Annotations,
+    *,
+    graphs: Optional[Mapping[int, list]] = None,
+) -> None:
+    """Write ``annotations`` (node id -> list of dicts/strings) and, optionally, the
+    recorded graph topology to ``path`` atomically; gzip when the name ends in ``.gz``."""
+    _cgfast.write_annotations(os.fspath(path), annotations, graphs)
+
+
+def load_annotations(path: "str | os.PathLike[str]") -> dict[int, list]:
+    """Read node id -> annotations from a cgfast JSON file or a PyTorch pickle."""
+    return _cgfast.read_annotations(os.fspath(path))[0]
+
+
+def load_graphs(path: "str | os.PathLike[str]") -> dict[int, list[dict[str, Any]]]:
+    """Read the recorded graph topology (exec graph id -> nodes) of an annotation file."""
+    return _cgfast.read_annotations(os.fspath(path))[1]

@@ -1,0 +1,151 @@
+//! `cgfast annotate`.
+
+use std::path::{Path, PathBuf};
+
+use cgfast_core::annotation_file;
+use cgfast_core::annotations::Annotations;
+use cgfast_core::paths::{default_output, discover_annotations};
+use cgfast_core::pipeline::{self, Options, Report};
+use cgfast_core::recover::Recover;
+
+use crate::progress::Progress;
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum RecoverArg {
+    /// Only for replays whose events carry no `graph node id`.
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The profiler trace (.json or .json.gz; gzip is recognised by its content).
+    trace: PathBuf,
+    /// Kernel annotations (.json, .json.gz or a PyTorch .pkl); found beside the trace when omitted.
+    #[arg(short, long)]
+    annotations: Option<PathBuf>,
+    /// Where to write the result [default: <trace>.annotated.json[.gz]].
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// The lane of graphed events that no annotation puts elsewhere.
+    #[arg(long, default_value_t = 7, allow_negative_numbers = true)]
+    default_stream: i64,
+    /// The lane that overlapping kernels of the default lane move to.
+    #[arg(long, default_value_t = 8, allow_negative_numbers = true)]
+    overlap_stream: i64,
+    /// Largest overlap (µs) repaired as timestamp jitter; larger ones are only counted.
+    #[arg(long, default_value_t = 1.0)]
+    max_adjust_us: f64,
+    /// Recover node ids from the recorded graph topology when the trace has none.
+    #[arg(long, value_enum, default_value = "auto")]
+    recover: RecoverArg,
+    /// gzip level of a .gz output (0-9).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=9))]
+    gzip_level: u32,
+    /// Print the summary as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// List every large overlap.
+    #[arg(short, long)]
+    verbose: bool,
+    /// Never show a progress bar.
+    #[arg(long)]
+    no_progress: bool,
+}
+
+pub fn run(args: Args) -> Result<(), String> {
+    if !args.max_adjust_us.is_finite() || args.max_adjust_us < 0.0 {
+        return Err(format!("--max-adjust-us must be a non-negative number, not {}", args.max_adjust_us));
+    }
+    let (annotations_path, annotations) = load(&args.trace, args.annotations.as_deref())?;
+    let output = args.output.clone().unwrap_or_else(|| default_output(&args.trace));
+    let options = Options {
+        default_stream: args.default_stream,
+        overlap_stream: args.overlap_stream,
+        max_adjust_us: args.max_adjust_us,
+        recover: match args.recover {
+            RecoverArg::Auto => Recover::Auto,
+            RecoverArg::Always => Recover::Always,
+            RecoverArg::Never => Recover::Never,
+        },
+        gzip_level: args.gzip_level,
+    };
+    let input_len = std::fs::metadata(&args.trace).map(|m| m.len()).unwrap_or(0);
+    let mut progress = Progress::new(input_len, !args.no_progress);
+    let result = pipeline::annotate_file(&args.trace, &annotations, &output, &options, &mut |phase, done, total| {
+        progress.update(phase, done, total)
+    });
+    progress.clear();
+    let report = result.map_err(|f| f.message)?;
+    if args.json {
+        println!("{}", report.to_json(Some(&annotations_path), args.verbose));
+    } else {
+        print_summary(&report, &annotations_path, args.verbose);
+    }
+    Ok(())
+}
+
+fn load(trace: &Path, explicit: Option<&Path>) -> Result<(PathBuf, Annotations), String> {
+    let path = match explicit {
+        Some(p) => p.to_path_buf(),
+        None => discover_annotations(trace).ok_or_else(|| {
+            format!("could not find the annotations of {} (kernel_annotations_rank<R>_*.json or .pkl beside it or one level up); use -a to name them", trace.display())
+        })?,
+    };
+    let annotations = annotation_file::read(&path)?;
+    Ok((path, annotations))
+}
+
+fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn print_summary(r: &Report, annotations: &Path, verbose: bool) {
+    let line = |label: &str, value: String| println!("  {label:<18} {value}");
+    println!("cgfast annotate {}", r.input.display());
+    line("annotations", format!("{} nodes from {}", thousands(r.annotations_loaded), annotations.display()));
+    line("events", thousands(r.events));
+    let rec = &r.recovery;
+    if rec.replays > 0 {
+        if rec.no_topology {
+            line("node ids", format!("missing in {} replays, and the annotations record no graph topology to recover them", thousands(rec.replays)));
+        } else {
+            line(
+                "recovered ids",
+                format!(
+                    "{} events in {} of {} replays ({} ambiguous, {} unmatched replays; {} events left without an id)",
+                    thousands(rec.recovered_events),
+                    thousands(rec.recovered_replays),
+                    thousands(rec.replays),
+                    thousands(rec.ambiguous_replays),
+                    thousands(rec.unmatched_replays),
+                    thousands(rec.unresolved_events)
+                ),
+            );
+        }
+    }
+    line("annotated", thousands(r.annotated));
+    line("noise removed", thousands(r.noise_removed));
+    line("moved", format!("{} overlapping kernels to their own lane", thousands(r.moved)));
+    line("fixed", format!("{} timestamps", thousands(r.fixed)));
+    if r.large_overlaps > 0 {
+        let hint = if verbose { "" } else { "; --verbose lists them" };
+        line("large overlaps", format!("{} left as they are (largest {:.3} µs{hint})", thousands(r.large_overlaps), r.largest_overlap_us));
+        if verbose {
+            for o in &r.overlaps {
+                println!("    lane {:>4}  ts {:.3}  overlap {:.3} µs  {}", o.lane, o.ts, o.overlap_us, o.name.chars().take(80).collect::<String>());
+            }
+        }
+    }
+    line("output", r.output.display().to_string());
+    line("time", format!("{:.2} s ({:.1} MB/s)", r.seconds, r.mb_per_s()));
+}

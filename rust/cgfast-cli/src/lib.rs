@@ -1,0 +1,69 @@
+//! The `cgfast` command line, as a library so that the Python console script runs
+//! this same code in-process.
+
+mod annotate;
+mod progress;
+
+use std::ffi::OsString;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cgfast", version, about = "Say which layer launched every kernel of a CUDA-graph profiler trace")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Join kernel annotations into a trace, give lanes, drop replicated noise, move
+    /// overlapping kernels to their own lane and repair timestamp jitter.
+    Annotate(annotate::Args),
+}
+
+const SUBCOMMANDS: &[&str] = &["annotate", "help"];
+
+/// Run the command line; returns the process exit status.
+pub fn run<I, T>(argv: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let mut args: Vec<OsString> = argv.into_iter().map(Into::into).collect();
+    // `cgfast TRACE ...` works like the reference CLI: annotate is the default command.
+    if let Some(first) = args.get(1).and_then(|a| a.to_str()) {
+        if !first.starts_with('-') && !SUBCOMMANDS.contains(&first) {
+            args.insert(1, "annotate".into());
+        }
+    }
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    let result = std::panic::catch_unwind(|| match cli.command {
+        Command::Annotate(a) => annotate::run(a),
+    });
+    match result {
+        Ok(Ok(())) => 0,
+        Ok(Err(message)) => {
+            eprintln!("cgfast: error: {message}");
+            1
+        }
+        Err(_) => {
+            eprintln!("cgfast: internal error (a bug: please report it with the input that caused it)");
+            1
+        }
+    }
+}
+
+/// Keep panics to one line: `run` reports them itself.
+pub fn quiet_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+        eprintln!("cgfast: panic{at}");
+    }));
+}

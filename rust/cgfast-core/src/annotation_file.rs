@@ -1,0 +1,274 @@
+//! Annotation files: cgfast's JSON format (plain or gzipped) and PyTorch's pickles.
+//!
+//! ```json
+//! {"format": "cgfast-annotations", "version": 1,
+//!  "annotations": {"8589934592": [{"name": "attention"}, "block 0"]},
+//!  "graphs": {"2": {"names": ["_Z6kernelPf"],
+//!                   "nodes": [[0, 0, 0, [], [1, 1, 1], [32, 1, 1]]]}}}
+//! ```
+//! A node of `graphs` is `[local_id, kind, name_index, dep_local_ids, grid, block]`
+//! with kind 0 = kernel, 1 = memcpy, 2 = memset; `name_index` is -1 and `grid`/`block`
+//! are null where the node has none.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::Path;
+
+use crate::annotations::{Annotations, GraphNode, Item, NodeKind};
+use crate::io::{is_gzip_path, AtomicFile};
+use crate::json_value;
+use crate::value::Value;
+
+pub const FORMAT: &str = "cgfast-annotations";
+pub const VERSION: i128 = 1;
+
+/// Read an annotation file; the error is one line naming the file.
+pub fn read(path: &Path) -> Result<Annotations, String> {
+    let shown = path.display();
+    let bytes = crate::io::read_all(path).map_err(|e| format!("{shown}: {e}"))?;
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace()).copied();
+    let document = match first {
+        None => return Err(format!("{shown}: the annotation file is empty")),
+        Some(b'{') => json_value::parse(&bytes)
+            .map_err(|(at, expected)| format!("{shown}: not valid JSON: expected {expected} at byte {at}"))?,
+        Some(_) => crate::pickle::load(&bytes).map_err(|e| format!("{shown}: {e}"))?,
+    };
+    from_document(document).map_err(|e| format!("{shown}: {e}"))
+}
+
+fn from_document(document: Value) -> Result<Annotations, String> {
+    let Value::Dict(entries) = document else {
+        return Err("expected a mapping of node ids to annotation lists".into());
+    };
+    let is_cgfast = entries.iter().any(|(k, v)| k.as_str() == Some("format") && v.as_str() == Some(FORMAT));
+    if !is_cgfast {
+        return Ok(Annotations { nodes: node_map(entries)?, graphs: BTreeMap::new() });
+    }
+    let mut out = Annotations::default();
+    for (key, value) in entries {
+        match key.as_str() {
+            Some("version") => match value {
+                Value::Int(v) if v <= VERSION => {}
+                other => return Err(format!("unsupported {FORMAT} version {}", other.py_str())),
+            },
+            Some("annotations") => match value {
+                Value::Dict(nodes) => out.nodes = node_map(nodes)?,
+                _ => return Err("\"annotations\" is not an object".into()),
+            },
+            Some("graphs") => out.graphs = graphs(value)?,
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+fn node_map(entries: Vec<(Value, Value)>) -> Result<HashMap<i64, Vec<Item>>, String> {
+    let mut nodes = HashMap::with_capacity(entries.len());
+    for (key, items) in entries {
+        let node = match &key {
+            Value::Int(i) => i64::try_from(*i).ok(),
+            Value::Str(s) => s.trim().parse::<i64>().ok(),
+            _ => None,
+        }
+        .ok_or_else(|| format!("key {} is not a node id (an integer)", key_text(&key)))?;
+        let items = match items {
+            Value::List(items) | Value::Tuple(items) => items.into_iter().map(Item::from_value).collect(),
+            other => return Err(format!("node {node}: expected a list of annotations, found {}", other.py_str())),
+        };
+        nodes.insert(node, items);
+    }
+    Ok(nodes)
+}
+
+fn key_text(key: &Value) -> String {
+    match key {
+        Value::Str(s) => format!("{s:?}"),
+        other => other.py_str(),
+    }
+}
+
+fn graphs(value: Value) -> Result<BTreeMap<u32, Vec<GraphNode>>, String> {
+    let Value::Dict(entries) = value else {
+        return Err("\"graphs\" is not an object".into());
+    };
+    let mut out = BTreeMap::new();
+    for (key, graph) in entries {
+        let exec_id: u32 = key.as_str().and_then(|s| s.parse().ok()).ok_or_else(|| format!("graph key {} is not a graph id", key_text(&key)))?;
+        let bad = |what: &str| format!("graph {exec_id}: {what}");
+        let Value::Dict(fields) = graph else {
+            return Err(bad("expected an object with \"names\" and \"nodes\""));
+        };
+        let mut names = Vec::new();
+        let mut nodes = Vec::new();
+        for (k, v) in fields {
+            match (k.as_str(), v) {
+                (Some("names"), Value::List(list)) => {
+                    names = list.into_iter().map(|n| n.as_str().map(str::to_string).ok_or_else(|| bad("a name is not a string"))).collect::<Result<_, _>>()?
+                }
+                (Some("nodes"), Value::List(list)) => nodes = list,
+                (Some("names" | "nodes"), _) => return Err(bad("\"names\" and \"nodes\" must be lists")),
+                _ => {}
+            }
+        }
+        let base = (exec_id as i64) << 32;
+        let decoded = nodes
+            .into_iter()
+            .map(|node| decode_node(node, base, &names).ok_or_else(|| bad("a node is not [local_id, kind, name_index, deps, grid, block]")))
+            .collect::<Result<Vec<_>, _>>()?;
+        out.insert(exec_id, decoded);
+    }
+    Ok(out)
+}
+
+fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => i64::try_from(*i).ok(),
+        _ => None,
+    }
+}
+
+fn dims(v: &Value) -> Option<Option<[u32; 3]>> {
+    match v {
+        Value::None => Some(None),
+        Value::List(xs) if xs.len() == 3 => {
+            let mut d = [0u32; 3];
+            for (slot, x) in d.iter_mut().zip(xs) {
+                *slot = u32::try_from(int(x)?).ok()?;
+            }
+            Some(Some(d))
+        }
+        _ => None,
+    }
+}
+
+fn decode_node(node: Value, base: i64, names: &[String]) -> Option<GraphNode> {
+    let Value::List(fields) = node else { return None };
+    if fields.len() != 6 {
+        return None;
+    }
+    let local = int(&fields[0])?;
+    let kind = NodeKind::from_code(u64::try_from(int(&fields[1])?).ok()?)?;
+    let name = match int(&fields[2])? {
+        -1 => None,
+        i => Some(names.get(usize::try_from(i).ok()?)?.clone()),
+    };
+    let Value::List(deps) = &fields[3] else { return None };
+    let deps = deps.iter().map(|d| int(d).map(|l| base | l)).collect::<Option<Vec<_>>>()?;
+    Some(GraphNode { id: base | local, kind, name, deps, grid: dims(&fields[4])?, block: dims(&fields[5])? })
+}
+
+/// Write `annotations` atomically in cgfast's JSON format (gzipped for `.gz`).
+pub fn write(path: &Path, annotations: &Annotations) -> Result<(), String> {
+    let shown = path.display();
+    let text = to_json(annotations)?;
+    let file = AtomicFile::create(path).map_err(|e| format!("{shown}: {e}"))?;
+    let result = if is_gzip_path(path) {
+        let mut gz = flate2::write::GzEncoder::new(file.file(), flate2::Compression::new(6));
+        gz.write_all(text.as_bytes()).and_then(|_| gz.finish().map(|_| ()))
+    } else {
+        let mut f = file.file();
+        f.write_all(text.as_bytes())
+    };
+    result.and_then(|_| file.commit()).map_err(|e| format!("{shown}: {e}"))
+}
+
+pub fn to_json(annotations: &Annotations) -> Result<String, String> {
+    let mut out = String::new();
+    out.push_str(&format!("{{\"format\": \"{FORMAT}\", \"version\": {VERSION}, \"annotations\": {{"));
+    let mut ids: Vec<&i64> = annotations.nodes.keys().collect();
+    ids.sort_unstable();
+    for (i, id) in ids.into_iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        out.push_str(&format!("\"{id}\": "));
+        let items = Value::List(annotations.nodes[id].iter().map(Item::to_value).collect());
+        json_value::write(&items, &mut out);
+    }
+    out.push('}');
+    if !annotations.graphs.is_empty() {
+        out.push_str(", \"graphs\": {");
+        for (i, (exec_id, nodes)) in annotations.graphs.iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            out.push_str(&format!("\"{exec_id}\": "));
+            out.push_str(&graph_json(*exec_id, nodes)?);
+        }
+        out.push('}');
+    }
+    out.push_str("}\n");
+    Ok(out)
+}
+
+fn graph_json(exec_id: u32, nodes: &[GraphNode]) -> Result<String, String> {
+    let local = |id: i64| {
+        if id >> 32 == exec_id as i64 {
+            Ok(id & 0xffff_ffff)
+        } else {
+            Err(format!("graph {exec_id}: node {id} belongs to another graph"))
+        }
+    };
+    let mut names: Vec<&str> = Vec::new();
+    let mut name_ids: HashMap<&str, usize> = HashMap::new();
+    let mut rows = Vec::with_capacity(nodes.len());
+    let dims = |d: &Option<[u32; 3]>| d.map_or("null".to_string(), |[x, y, z]| format!("[{x}, {y}, {z}]"));
+    for node in nodes {
+        let name_index = match node.name.as_deref() {
+            None => -1,
+            Some(n) => *name_ids.entry(n).or_insert_with(|| {
+                names.push(n);
+                names.len() - 1
+            }) as i64,
+        };
+        let deps = node.deps.iter().map(|&d| local(d).map(|l| l.to_string())).collect::<Result<Vec<_>, _>>()?;
+        rows.push(format!(
+            "[{}, {}, {}, [{}], {}, {}]",
+            local(node.id)?,
+            node.kind.code(),
+            name_index,
+            deps.join(", "),
+            dims(&node.grid),
+            dims(&node.block)
+        ));
+    }
+    let names: Vec<String> = names.iter().map(|n| crate::json::quote(n)).collect();
+    Ok(format!("{{\"names\": [{}], \"nodes\": [{}]}}", names.join(", "), rows.join(", ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Annotations {
+        let mut a = Annotations::default();
+        a.nodes.insert((2 << 32) | 1, vec![Item::Dict(vec![("name".into(), Value::Str("mlp".into()))]), Item::Other(Value::Str("outer".into()))]);
+        a.graphs.insert(
+            2,
+            vec![
+                GraphNode { id: 2 << 32, kind: NodeKind::Kernel, name: Some("_Z1kPf".into()), deps: vec![], grid: Some([4, 1, 1]), block: Some([128, 1, 1]) },
+                GraphNode { id: (2 << 32) | 1, kind: NodeKind::Memset, name: None, deps: vec![2 << 32], grid: None, block: None },
+                GraphNode { id: (2 << 32) | 2, kind: NodeKind::Kernel, name: Some("_Z1kPf".into()), deps: vec![2 << 32], grid: Some([4, 1, 1]), block: Some([128, 1, 1]) },
+            ],
+        );
+        a
+    }
+
+    #[test]
+    fn json_round_trip_interns_names() {
+        let a = sample();
+        let text = to_json(&a).unwrap();
+        assert_eq!(text.matches("_Z1kPf").count(), 1);
+        let b = from_document(json_value::parse(text.as_bytes()).unwrap()).unwrap();
+        assert_eq!(b.nodes, a.nodes);
+        assert_eq!(b.graphs, a.graphs);
+    }
+
+    #[test]
+    fn bare_mappings_are_accepted_and_bad_keys_refused() {
+        let a = from_document(json_value::parse(br#"{"12": [{"name": "x"}]}"#).unwrap()).unwrap();
+        assert_eq!(a.nodes.len(), 1);
+        let e = from_document(json_value::parse(br#"{"layer": []}"#).unwrap()).unwrap_err();
+        assert!(e.contains("not a node id"), "{e}");
+    }
+}

@@ -1,0 +1,376 @@
+//! Reading traces plain or gzipped (detected by magic bytes), chunk by chunk, and
+//! writing outputs atomically, gzipped on all cores when the name ends in `.gz`.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use flate2::read::MultiGzDecoder;
+use flate2::{Compress, Compression, FlushCompress, Status};
+
+pub const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+const CHUNK: usize = 4 << 20;
+
+pub fn is_gzip_path(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "gz")
+}
+
+/// Counts the bytes read from the file itself (compressed bytes for gzip).
+struct Counted<R> {
+    inner: R,
+    count: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// The decompressed bytes of a trace file, in chunks; gzip is inflated on a thread of
+/// its own so that scanning and inflating overlap.
+pub struct Chunks {
+    source: Source,
+    pub file_len: u64,
+    pub gzip: bool,
+    read: Arc<AtomicU64>,
+}
+
+enum Source {
+    Plain(Counted<File>),
+    Inflating(Receiver<io::Result<Vec<u8>>>, Option<JoinHandle<()>>),
+}
+
+impl Chunks {
+    pub fn open(path: &Path) -> io::Result<Chunks> {
+        let mut file = File::open(path)?;
+        let meta = file.metadata()?;
+        if meta.is_dir() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "is a directory"));
+        }
+        let mut magic = [0u8; 2];
+        let n = read_full(&mut file, &mut magic)?;
+        let gzip = n == 2 && magic == GZIP_MAGIC;
+        drop(file);
+        let read = Arc::new(AtomicU64::new(0));
+        let file = Counted { inner: File::open(path)?, count: read.clone() };
+        let source = if gzip {
+            let (tx, rx) = sync_channel(4);
+            let handle = std::thread::spawn(move || inflate_into(MultiGzDecoder::new(io::BufReader::with_capacity(1 << 20, file)), tx));
+            Source::Inflating(rx, Some(handle))
+        } else {
+            Source::Plain(file)
+        };
+        Ok(Chunks { source, file_len: meta.len(), gzip, read })
+    }
+
+    /// Bytes of the file consumed so far (for progress).
+    pub fn file_position(&self) -> u64 {
+        self.read.load(Ordering::Relaxed)
+    }
+
+    /// Append the next chunk to `buf`; returns the number of bytes appended (0 at the end).
+    pub fn fill(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
+        match &mut self.source {
+            Source::Plain(file) => {
+                let old = buf.len();
+                buf.resize(old + CHUNK, 0);
+                let n = read_full(file, &mut buf[old..]);
+                buf.truncate(old + *n.as_ref().unwrap_or(&0));
+                n
+            }
+            Source::Inflating(rx, handle) => match rx.recv() {
+                Ok(Ok(chunk)) => {
+                    buf.extend_from_slice(&chunk);
+                    Ok(chunk.len())
+                }
+                Ok(Err(e)) => Err(e),
+                Err(_) => {
+                    if let Some(h) = handle.take() {
+                        let _ = h.join();
+                    }
+                    Ok(0)
+                }
+            },
+        }
+    }
+}
+
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+fn inflate_into(mut decoder: impl Read, tx: SyncSender<io::Result<Vec<u8>>>) {
+    loop {
+        let mut chunk = vec![0u8; CHUNK];
+        match read_full(&mut decoder, &mut chunk) {
+            Ok(0) => return,
+            Ok(n) => {
+                chunk.truncate(n);
+                if tx.send(Ok(chunk)).is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e));
+                return;
+            }
+        }
+    }
+}
+
+/// Read a whole (small) file, inflating it if it is gzipped.
+pub fn read_all(path: &Path) -> io::Result<Vec<u8>> {
+    let raw = std::fs::read(path)?;
+    if raw.starts_with(&GZIP_MAGIC) {
+        let mut out = Vec::new();
+        MultiGzDecoder::new(&raw[..]).read_to_end(&mut out)?;
+        Ok(out)
+    } else {
+        Ok(raw)
+    }
+}
+
+/// A file that appears at its path only when [`AtomicFile::commit`] succeeds; until
+/// then it is a hidden temporary beside the target, removed if the run fails.
+pub struct AtomicFile {
+    temp: Option<tempfile::NamedTempFile>,
+    target: PathBuf,
+}
+
+impl AtomicFile {
+    pub fn create(target: &Path) -> io::Result<AtomicFile> {
+        let dir = match target.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let temp = tempfile::Builder::new().prefix(&format!(".{name}.")).suffix(".partial").tempfile_in(&dir)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(target).map(|m| m.permissions().mode()).unwrap_or(0o644);
+            temp.as_file().set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))?;
+        }
+        Ok(AtomicFile { temp: Some(temp), target: target.to_path_buf() })
+    }
+
+    pub fn file(&self) -> &File {
+        self.temp.as_ref().expect("not committed").as_file()
+    }
+
+    pub fn commit(mut self) -> io::Result<()> {
+        let temp = self.temp.take().expect("committed once");
+        temp.persist(&self.target).map_err(|e| e.error)?;
+        Ok(())
+    }
+}
+
+/// Where a rewritten trace goes: plain, or gzip compressed in parallel blocks.
+pub enum Sink {
+    Plain(BufWriter<File>),
+    Gzip(ParallelGz),
+}
+
+impl Sink {
+    pub fn new(file: File, gzip: bool, level: u32) -> Sink {
+        if gzip {
+            Sink::Gzip(ParallelGz::new(file, level))
+        } else {
+            Sink::Plain(BufWriter::with_capacity(1 << 20, file))
+        }
+    }
+
+    pub fn finish(self) -> io::Result<()> {
+        match self {
+            Sink::Plain(mut w) => w.flush(),
+            Sink::Gzip(gz) => gz.finish(),
+        }
+    }
+}
+
+impl Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Sink::Plain(w) => w.write(buf),
+            Sink::Gzip(gz) => gz.write(buf),
+        }
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        match self {
+            Sink::Plain(w) => w.write_all(buf),
+            Sink::Gzip(gz) => gz.write_all(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Sink::Plain(w) => w.flush(),
+            Sink::Gzip(_) => Ok(()),
+        }
+    }
+}
+
+const GZ_BLOCK: usize = 1 << 20;
+
+struct Block {
+    seq: u64,
+    data: Vec<u8>,
+    last: bool,
+}
+
+struct Compressed {
+    seq: u64,
+    deflated: Vec<u8>,
+    crc: u32,
+    len: u64,
+}
+
+/// One gzip member made of independently deflated blocks (each ending in a sync
+/// flush), as pigz writes it: every gzip reader reads it, and every core compresses.
+pub struct ParallelGz {
+    pending: Vec<u8>,
+    seq: u64,
+    jobs: Option<SyncSender<Block>>,
+    workers: Vec<JoinHandle<()>>,
+    writer: Option<JoinHandle<io::Result<()>>>,
+}
+
+impl ParallelGz {
+    pub fn new(file: File, level: u32) -> ParallelGz {
+        let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+        let (job_tx, job_rx) = sync_channel::<Block>(threads * 2);
+        let (done_tx, done_rx) = sync_channel::<Compressed>(threads * 2);
+        let job_rx = Arc::new(Mutex::new(job_rx));
+        let workers = (0..threads)
+            .map(|_| {
+                let rx = job_rx.clone();
+                let tx = done_tx.clone();
+                std::thread::spawn(move || loop {
+                    let block = match rx.lock().expect("job queue").recv() {
+                        Ok(b) => b,
+                        Err(_) => return,
+                    };
+                    if tx.send(deflate_block(block, level)).is_err() {
+                        return;
+                    }
+                })
+            })
+            .collect();
+        drop(done_tx);
+        let writer = std::thread::spawn(move || write_member(file, done_rx));
+        ParallelGz { pending: Vec::with_capacity(GZ_BLOCK), seq: 0, jobs: Some(job_tx), workers, writer: Some(writer) }
+    }
+
+    fn send(&mut self, last: bool) -> io::Result<()> {
+        let data = std::mem::replace(&mut self.pending, Vec::with_capacity(if last { 0 } else { GZ_BLOCK }));
+        let block = Block { seq: self.seq, data, last };
+        self.seq += 1;
+        let jobs = self.jobs.as_ref().expect("open");
+        if jobs.send(block).is_err() {
+            return Err(self.writer_error());
+        }
+        Ok(())
+    }
+
+    fn writer_error(&mut self) -> io::Error {
+        match self.writer.take().map(|w| w.join()) {
+            Some(Ok(Err(e))) => e,
+            _ => io::Error::other("gzip compression stopped"),
+        }
+    }
+
+    pub fn finish(mut self) -> io::Result<()> {
+        self.send(true)?;
+        self.jobs = None;
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+        match self.writer.take().expect("writer").join() {
+            Ok(r) => r,
+            Err(_) => Err(io::Error::other("gzip writer panicked")),
+        }
+    }
+}
+
+impl Write for ParallelGz {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let room = GZ_BLOCK - self.pending.len();
+        let n = room.min(buf.len());
+        self.pending.extend_from_slice(&buf[..n]);
+        if self.pending.len() == GZ_BLOCK {
+            self.send(false)?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+fn deflate_block(block: Block, level: u32) -> Compressed {
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&block.data);
+    let mut z = Compress::new(Compression::new(level), false);
+    let mut out = Vec::with_capacity(block.data.len() / 3 + (64 << 10));
+    let flush = if block.last { FlushCompress::Finish } else { FlushCompress::Sync };
+    let mut input = &block.data[..];
+    loop {
+        if out.capacity() - out.len() < 32 << 10 {
+            out.reserve(out.capacity());
+        }
+        let before = z.total_in();
+        let status = z.compress_vec(input, &mut out, flush).expect("deflate of a memory buffer");
+        input = &input[(z.total_in() - before) as usize..];
+        // zlib has finished a flush when it leaves output space unused.
+        let done = match flush {
+            FlushCompress::Finish => status == Status::StreamEnd,
+            _ => input.is_empty() && out.len() < out.capacity(),
+        };
+        if done {
+            break;
+        }
+    }
+    Compressed { seq: block.seq, deflated: out, crc: crc.finalize(), len: block.data.len() as u64 }
+}
+
+fn write_member(file: File, done: Receiver<Compressed>) -> io::Result<()> {
+    let mut out = BufWriter::with_capacity(1 << 20, file);
+    out.write_all(&[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255])?;
+    let mut waiting = std::collections::BTreeMap::new();
+    let mut next = 0u64;
+    let mut crc = crc32fast::Hasher::new();
+    let mut total: u64 = 0;
+    for block in done {
+        waiting.insert(block.seq, block);
+        while let Some(block) = waiting.remove(&next) {
+            out.write_all(&block.deflated)?;
+            crc.combine(&crc32fast::Hasher::new_with_initial_len(block.crc, block.len));
+            total += block.len;
+            next += 1;
+        }
+    }
+    if !waiting.is_empty() {
+        return Err(io::Error::other("a gzip block was lost"));
+    }
+    out.write_all(&crc.finalize().to_le_bytes())?;
+    out.write_all(&(total as u32).to_le_bytes())?;
+    out.flush()
+}

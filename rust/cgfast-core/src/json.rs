@@ -1,0 +1,432 @@
+//! A validating JSON scanner over a byte window: it finds the spans of values and
+//! skips what it does not need, without building a tree.
+
+use memchr::memchr2;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScanError {
+    /// The window ended inside a value; more input may complete it.
+    Incomplete,
+    /// The bytes are not JSON; `at` is the offset in the window.
+    Syntax { at: usize, expected: &'static str },
+}
+
+pub type Scan<T> = Result<T, ScanError>;
+
+/// A string value: `start..end` is the text between the quotes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StrSpan {
+    pub start: usize,
+    pub end: usize,
+    pub escaped: bool,
+}
+
+/// A scalar found where the scanner was asked for one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scalar {
+    Null,
+    Bool(bool),
+    /// A number token (also `NaN`, `Infinity`, `-Infinity`).
+    Number { start: usize, end: usize },
+    Str(StrSpan),
+    /// An object or an array, skipped.
+    Container { start: usize, end: usize },
+}
+
+pub struct Cursor<'a> {
+    pub buf: &'a [u8],
+    pub pos: usize,
+    nesting: Vec<bool>,
+}
+
+#[inline]
+fn is_ws(b: u8) -> bool {
+    matches!(b, b' ' | b'\n' | b'\r' | b'\t')
+}
+
+impl<'a> Cursor<'a> {
+    pub fn new(buf: &'a [u8], pos: usize) -> Self {
+        Cursor { buf, pos, nesting: Vec::new() }
+    }
+
+    pub fn reset(&mut self, buf: &'a [u8], pos: usize) {
+        self.buf = buf;
+        self.pos = pos;
+    }
+
+    fn syntax<T>(&self, expected: &'static str) -> Scan<T> {
+        Err(ScanError::Syntax { at: self.pos, expected })
+    }
+
+    /// The next byte that is not white space, not consumed.
+    #[inline]
+    pub fn peek(&mut self) -> Scan<u8> {
+        while let Some(&b) = self.buf.get(self.pos) {
+            if !is_ws(b) {
+                return Ok(b);
+            }
+            self.pos += 1;
+        }
+        Err(ScanError::Incomplete)
+    }
+
+    #[inline]
+    pub fn expect(&mut self, byte: u8, expected: &'static str) -> Scan<()> {
+        if self.peek()? == byte {
+            self.pos += 1;
+            Ok(())
+        } else {
+            self.syntax(expected)
+        }
+    }
+
+    /// A string; the cursor must be at its opening quote (after white space).
+    #[inline]
+    pub fn string(&mut self) -> Scan<StrSpan> {
+        if self.peek()? != b'"' {
+            return self.syntax("a string");
+        }
+        let start = self.pos + 1;
+        let mut i = start;
+        let mut escaped = false;
+        loop {
+            match memchr2(b'"', b'\\', &self.buf[i..]) {
+                None => return Err(ScanError::Incomplete),
+                Some(k) => {
+                    i += k;
+                    if self.buf[i] == b'"' {
+                        self.pos = i + 1;
+                        return Ok(StrSpan { start, end: i, escaped });
+                    }
+                    escaped = true;
+                    match self.buf.get(i + 1) {
+                        None => return Err(ScanError::Incomplete),
+                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' | b'u') => i += 2,
+                        Some(_) => {
+                            self.pos = i;
+                            return self.syntax("a valid escape");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn number(&mut self) -> Scan<(usize, usize)> {
+        let start = self.pos;
+        let buf = self.buf;
+        let mut i = start;
+        let at = |i: usize| buf.get(i).copied().ok_or(ScanError::Incomplete);
+        if at(i)? == b'-' {
+            i += 1;
+            if at(i)? == b'I' {
+                self.pos = i;
+                self.literal(b"Infinity")?;
+                return Ok((start, self.pos));
+            }
+        }
+        match at(i)? {
+            b'0' => i += 1,
+            b'1'..=b'9' => {
+                while at(i)?.is_ascii_digit() {
+                    i += 1;
+                }
+            }
+            _ => {
+                self.pos = i;
+                return self.syntax("a number");
+            }
+        }
+        if at(i)? == b'.' {
+            i += 1;
+            if !at(i)?.is_ascii_digit() {
+                self.pos = i;
+                return self.syntax("a digit");
+            }
+            while at(i)?.is_ascii_digit() {
+                i += 1;
+            }
+        }
+        if matches!(at(i)?, b'e' | b'E') {
+            i += 1;
+            if matches!(at(i)?, b'+' | b'-') {
+                i += 1;
+            }
+            if !at(i)?.is_ascii_digit() {
+                self.pos = i;
+                return self.syntax("a digit");
+            }
+            while at(i)?.is_ascii_digit() {
+                i += 1;
+            }
+        }
+        self.pos = i;
+        Ok((start, i))
+    }
+
+    fn literal(&mut self, word: &'static [u8]) -> Scan<()> {
+        let end = self.pos + word.len();
+        if self.buf.len() < end {
+            if word.starts_with(&self.buf[self.pos..]) {
+                return Err(ScanError::Incomplete);
+            }
+            return self.syntax("a JSON value");
+        }
+        if &self.buf[self.pos..end] != word {
+            return self.syntax("a JSON value");
+        }
+        self.pos = end;
+        Ok(())
+    }
+
+    /// A value, classified; containers are validated and skipped.
+    #[inline]
+    pub fn scalar(&mut self) -> Scan<Scalar> {
+        match self.peek()? {
+            b'"' => Ok(Scalar::Str(self.string()?)),
+            b'{' | b'[' => {
+                let start = self.pos;
+                self.skip_value()?;
+                Ok(Scalar::Container { start, end: self.pos })
+            }
+            b't' => self.literal(b"true").map(|_| Scalar::Bool(true)),
+            b'f' => self.literal(b"false").map(|_| Scalar::Bool(false)),
+            b'n' => self.literal(b"null").map(|_| Scalar::Null),
+            b'N' => {
+                let start = self.pos;
+                self.literal(b"NaN")?;
+                Ok(Scalar::Number { start, end: self.pos })
+            }
+            b'I' => {
+                let start = self.pos;
+                self.literal(b"Infinity")?;
+                Ok(Scalar::Number { start, end: self.pos })
+            }
+            b'-' | b'0'..=b'9' => {
+                let (start, end) = self.number()?;
+                Ok(Scalar::Number { start, end })
+            }
+            _ => self.syntax("a JSON value"),
+        }
+    }
+
+    /// Validate and skip one value of any kind, without recursion.
+    pub fn skip_value(&mut self) -> Scan<()> {
+        self.nesting.clear();
+        loop {
+            // At a value.
+            match self.peek()? {
+                b'{' => {
+                    self.pos += 1;
+                    if self.peek()? == b'}' {
+                        self.pos += 1;
+                    } else {
+                        self.nesting.push(true);
+                        self.string()?;
+                        self.expect(b':', "':'")?;
+                        continue;
+                    }
+                }
+                b'[' => {
+                    self.pos += 1;
+                    if self.peek()? == b']' {
+                        self.pos += 1;
+                    } else {
+                        self.nesting.push(false);
+                        continue;
+                    }
+                }
+                b'"' => {
+                    self.string()?;
+                }
+                _ => {
+                    self.scalar()?;
+                }
+            }
+            // After a value: close containers or move to the next member.
+            loop {
+                match self.nesting.last() {
+                    None => return Ok(()),
+                    Some(&is_object) => match self.peek()? {
+                        b',' => {
+                            self.pos += 1;
+                            if is_object {
+                                self.string()?;
+                                self.expect(b':', "':'")?;
+                            }
+                            break;
+                        }
+                        b'}' if is_object => {
+                            self.pos += 1;
+                            self.nesting.pop();
+                        }
+                        b']' if !is_object => {
+                            self.pos += 1;
+                            self.nesting.pop();
+                        }
+                        _ => return self.syntax(if is_object { "',' or '}'" } else { "',' or ']'" }),
+                    },
+                }
+            }
+        }
+    }
+
+    /// Walk the members of the object at the cursor, calling `member(cursor, key)`
+    /// with the cursor at each value; the callback must consume the value.
+    #[inline]
+    pub fn object<F>(&mut self, mut member: F) -> Scan<()>
+    where
+        F: FnMut(&mut Self, StrSpan) -> Scan<()>,
+    {
+        self.expect(b'{', "'{'")?;
+        if self.peek()? == b'}' {
+            self.pos += 1;
+            return Ok(());
+        }
+        loop {
+            let key = self.string()?;
+            self.expect(b':', "':'")?;
+            member(self, key)?;
+            match self.peek()? {
+                b',' => self.pos += 1,
+                b'}' => {
+                    self.pos += 1;
+                    return Ok(());
+                }
+                _ => return self.syntax("',' or '}'"),
+            }
+        }
+    }
+
+    /// The bytes of a string span, unescaped when needed.
+    pub fn text(&self, s: StrSpan) -> std::borrow::Cow<'a, str> {
+        text_of(self.buf, s)
+    }
+}
+
+/// The text of a string span of `buf`, unescaped when needed (lossy for invalid UTF-8).
+pub fn text_of(buf: &[u8], s: StrSpan) -> std::borrow::Cow<'_, str> {
+    let raw = &buf[s.start..s.end];
+    if !s.escaped {
+        return String::from_utf8_lossy(raw);
+    }
+    std::borrow::Cow::Owned(unescape(raw))
+}
+
+/// Whether the string span holds exactly `want` (escapes decoded).
+#[inline]
+pub fn str_is(buf: &[u8], s: StrSpan, want: &str) -> bool {
+    if !s.escaped {
+        return &buf[s.start..s.end] == want.as_bytes();
+    }
+    unescape(&buf[s.start..s.end]) == want
+}
+
+fn unescape(raw: &[u8]) -> String {
+    let mut out: Vec<u8> = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        if raw[i] != b'\\' || i + 1 >= raw.len() {
+            out.push(raw[i]);
+            i += 1;
+            continue;
+        }
+        let c = raw[i + 1];
+        i += 2;
+        match c {
+            b'n' => out.push(b'\n'),
+            b't' => out.push(b'\t'),
+            b'r' => out.push(b'\r'),
+            b'b' => out.push(8),
+            b'f' => out.push(12),
+            b'u' => {
+                let unit = |at: usize| {
+                    raw.get(at..at + 4)
+                        .and_then(|h| std::str::from_utf8(h).ok())
+                        .and_then(|h| u32::from_str_radix(h, 16).ok())
+                };
+                let Some(hi) = unit(i) else {
+                    out.extend_from_slice(b"\\u");
+                    continue;
+                };
+                i += 4;
+                let mut code = hi;
+                if (0xd800..0xdc00).contains(&hi) && raw.get(i) == Some(&b'\\') && raw.get(i + 1) == Some(&b'u') {
+                    if let Some(lo) = unit(i + 2).filter(|lo| (0xdc00..0xe000).contains(lo)) {
+                        code = 0x10000 + ((hi - 0xd800) << 10) + (lo - 0xdc00);
+                        i += 6;
+                    }
+                }
+                let ch = char::from_u32(code).unwrap_or('\u{fffd}');
+                let mut tmp = [0u8; 4];
+                out.extend_from_slice(ch.encode_utf8(&mut tmp).as_bytes());
+            }
+            other => out.push(other),
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `text` as a JSON string literal.
+pub fn quote(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    push_quoted(&mut out, text);
+    out
+}
+
+pub fn push_quoted(out: &mut String, text: &str) {
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn skip(text: &str) -> Scan<usize> {
+        let mut c = Cursor::new(text.as_bytes(), 0);
+        c.skip_value().map(|_| c.pos)
+    }
+
+    #[test]
+    fn skips_valid_values() {
+        for v in [r#"{"a": [1, 2.5e-3, "x\"y", {"b": null}], "c": true}"#, "[]", "{}", "[-0.5]", "[NaN, 0]", "[-Infinity]", r#""\u00e9""#] {
+            assert_eq!(skip(v), Ok(v.len()), "{v}");
+        }
+    }
+
+    #[test]
+    fn reports_truncation_and_garbage() {
+        assert_eq!(skip(r#"{"a": [1, 2"#), Err(ScanError::Incomplete));
+        assert_eq!(skip(r#""abc"#), Err(ScanError::Incomplete));
+        assert!(matches!(skip(r#"{"a" 1}"#), Err(ScanError::Syntax { .. })));
+        assert!(matches!(skip("[1,]"), Err(ScanError::Syntax { .. })));
+        assert!(matches!(skip("01"), Ok(1)));
+        assert!(matches!(skip("{\"a\":tru}"), Err(ScanError::Syntax { .. })));
+        assert!(matches!(skip(r#""\q""#), Err(ScanError::Syntax { .. })));
+    }
+
+    #[test]
+    fn deep_nesting_does_not_recurse() {
+        let deep = "[".repeat(100_000) + &"]".repeat(100_000);
+        assert_eq!(skip(&deep), Ok(deep.len()));
+    }
+
+    #[test]
+    fn unescapes_and_quotes() {
+        let raw = r#"a\"b\\c\n\u00e9\ud83d\ude00"#;
+        assert_eq!(unescape(raw.as_bytes()), "a\"b\\c\né😀");
+        assert_eq!(quote("a\"b\n\u{1}"), r#""a\"b\n\u0001""#);
+    }
+}

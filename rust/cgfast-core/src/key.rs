@@ -1,0 +1,255 @@
+//! Numbers and lane keys with Python's semantics: `7 == 7.0 == True` as dict keys,
+//! `int + float` is a float, and comparisons are exact.
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+
+use crate::value::py_float_repr;
+
+/// A JSON number as Python's `json` module reads it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Num {
+    Int(i64),
+    Float(f64),
+}
+
+impl Num {
+    pub const ZERO: Num = Num::Int(0);
+
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Num::Int(i) => i as f64,
+            Num::Float(f) => f,
+        }
+    }
+
+    pub fn add(self, other: Num) -> Num {
+        match (self, other) {
+            (Num::Int(a), Num::Int(b)) => a.checked_add(b).map(Num::Int).unwrap_or(Num::Float(a as f64 + b as f64)),
+            (a, b) => Num::Float(a.as_f64() + b.as_f64()),
+        }
+    }
+
+    pub fn sub(self, other: Num) -> Num {
+        match (self, other) {
+            (Num::Int(a), Num::Int(b)) => a.checked_sub(b).map(Num::Int).unwrap_or(Num::Float(a as f64 - b as f64)),
+            (a, b) => Num::Float(a.as_f64() - b.as_f64()),
+        }
+    }
+
+    pub fn lt(self, other: Num) -> bool {
+        self.py_cmp(other) == Some(Ordering::Less)
+    }
+
+    /// Python's comparison; `None` when either side is NaN.
+    pub fn py_cmp(self, other: Num) -> Option<Ordering> {
+        match (self, other) {
+            (Num::Int(a), Num::Int(b)) => Some(a.cmp(&b)),
+            (Num::Int(a), Num::Float(b)) => cmp_int_float(a, b),
+            (Num::Float(a), Num::Int(b)) => cmp_int_float(b, a).map(Ordering::reverse),
+            (Num::Float(a), Num::Float(b)) => a.partial_cmp(&b),
+        }
+    }
+
+    /// The number as `json.dumps` writes it (non-finite floats as Python writes them).
+    pub fn to_json(self) -> String {
+        match self {
+            Num::Int(i) => i.to_string(),
+            Num::Float(f) if f.is_nan() => "NaN".into(),
+            Num::Float(f) if f.is_infinite() => if f > 0.0 { "Infinity".into() } else { "-Infinity".into() },
+            Num::Float(f) => py_float_repr(f),
+        }
+    }
+
+    /// Parse a JSON number token (or Python's `NaN`/`Infinity` extensions).
+    pub fn parse(token: &[u8]) -> Option<Num> {
+        match token {
+            b"NaN" => return Some(Num::Float(f64::NAN)),
+            b"Infinity" => return Some(Num::Float(f64::INFINITY)),
+            b"-Infinity" => return Some(Num::Float(f64::NEG_INFINITY)),
+            _ => {}
+        }
+        let text = std::str::from_utf8(token).ok()?;
+        if token.iter().any(|b| matches!(b, b'.' | b'e' | b'E')) {
+            text.parse::<f64>().ok().map(Num::Float)
+        } else {
+            text.parse::<i64>().ok().map(Num::Int)
+        }
+    }
+}
+
+fn cmp_int_float(a: i64, b: f64) -> Option<Ordering> {
+    if b.is_nan() {
+        return None;
+    }
+    if (a as f64) != b {
+        return (a as f64).partial_cmp(&b);
+    }
+    // Equal as floats: decide exactly through the integer part of `b`.
+    if b >= 9.223372036854775807e18 {
+        return Some(Ordering::Less);
+    }
+    if b < -9.223372036854775808e18 {
+        return Some(Ordering::Greater);
+    }
+    let bi = b as i64;
+    Some(a.cmp(&bi).then(if b.fract() > 0.0 { Ordering::Less } else { Ordering::Equal }))
+}
+
+/// A hashable trace scalar (a `pid`, `tid` or `ts`) under Python's equality.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Key {
+    /// A missing key or JSON `null` (`event.get("tid")` is `None` for both).
+    None,
+    Int(i64),
+    /// A float with a fractional part, by its bits.
+    Float(u64),
+    /// A string, by its id in a [`Strings`] table.
+    Str(u32),
+    /// A value that Python could not use as a key here (a NaN, an object, a list);
+    /// each one is distinct, so it never matches anything.
+    Unique(u32),
+}
+
+impl Default for Key {
+    fn default() -> Self {
+        Key::Int(0)
+    }
+}
+
+impl Key {
+    pub fn from_num(n: Num) -> Option<Key> {
+        match n {
+            Num::Int(i) => Some(Key::Int(i)),
+            Num::Float(f) if f.is_nan() => None,
+            Num::Float(f) if f.fract() == 0.0 && f.abs() < 9.2e18 => Some(Key::Int(f as i64)),
+            Num::Float(f) => Some(Key::Float(f.to_bits())),
+        }
+    }
+
+    pub fn as_int(self) -> Option<i64> {
+        match self {
+            Key::Int(i) => Some(i),
+            _ => None,
+        }
+    }
+}
+
+/// Interned strings, so keys and names stay small and cheap to compare.
+#[derive(Default, Debug)]
+pub struct Strings {
+    ids: HashMap<Box<str>, u32>,
+    texts: Vec<Box<str>>,
+}
+
+impl Strings {
+    pub fn intern(&mut self, text: &str) -> u32 {
+        if let Some(&id) = self.ids.get(text) {
+            return id;
+        }
+        let id = self.texts.len() as u32;
+        self.texts.push(text.into());
+        self.ids.insert(text.into(), id);
+        id
+    }
+
+    pub fn get(&self, id: u32) -> &str {
+        &self.texts[id as usize]
+    }
+
+    pub fn len(&self) -> usize {
+        self.texts.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.texts.is_empty()
+    }
+}
+
+/// The keys of a trace with their text forms, and a counter for unique keys.
+#[derive(Default, Debug)]
+pub struct Keys {
+    pub strings: Strings,
+    next_unique: u32,
+}
+
+impl Keys {
+    pub fn unique(&mut self) -> Key {
+        self.next_unique += 1;
+        Key::Unique(self.next_unique)
+    }
+
+    pub fn string(&mut self, text: &str) -> Key {
+        Key::Str(self.strings.intern(text))
+    }
+
+    pub fn num(&mut self, n: Num) -> Key {
+        Key::from_num(n).unwrap_or_else(|| self.unique())
+    }
+
+    /// `str(key)` as Python prints it (for `f"stream {tid}"`).
+    pub fn py_str(&self, key: Key) -> String {
+        match key {
+            Key::None => "None".into(),
+            Key::Int(i) => i.to_string(),
+            Key::Float(bits) => py_float_repr(f64::from_bits(bits)),
+            Key::Str(id) => self.strings.get(id).to_string(),
+            Key::Unique(_) => "nan".into(),
+        }
+    }
+
+    /// The key as JSON text.
+    pub fn to_json(&self, key: Key) -> String {
+        match key {
+            Key::None => "null".into(),
+            Key::Int(i) => i.to_string(),
+            Key::Float(bits) => Num::Float(f64::from_bits(bits)).to_json(),
+            Key::Str(id) => crate::json::quote(self.strings.get(id)),
+            Key::Unique(_) => "NaN".into(),
+        }
+    }
+
+    /// An order for sorting lanes: numbers by value, then strings, then the rest.
+    pub fn sort_cmp(&self, a: Key, b: Key) -> Ordering {
+        fn rank(k: Key) -> u8 {
+            match k {
+                Key::Int(_) | Key::Float(_) => 0,
+                Key::Str(_) => 1,
+                Key::None => 2,
+                Key::Unique(_) => 3,
+            }
+        }
+        let num = |k: Key| match k {
+            Key::Int(i) => Some(Num::Int(i)),
+            Key::Float(bits) => Some(Num::Float(f64::from_bits(bits))),
+            _ => None,
+        };
+        match (num(a), num(b)) {
+            (Some(x), Some(y)) => x.py_cmp(y).unwrap_or(Ordering::Equal),
+            _ => match (a, b) {
+                (Key::Str(x), Key::Str(y)) => self.strings.get(x).cmp(self.strings.get(y)),
+                _ => rank(a).cmp(&rank(b)).then(a.cmp(&b)),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn python_number_semantics() {
+        assert_eq!(Num::Int(5).add(Num::Float(0.5)), Num::Float(5.5));
+        assert_eq!(Num::Int(5).add(Num::Int(2)), Num::Int(7));
+        assert!(Num::Int(5).lt(Num::Float(5.5)));
+        assert!(!Num::Float(5.0).lt(Num::Int(5)));
+        assert_eq!(Num::Int(i64::MAX).py_cmp(Num::Float(9.223372036854775807e18)), Some(Ordering::Less));
+        assert_eq!(Key::from_num(Num::Float(7.0)), Some(Key::Int(7)));
+        assert_eq!(Key::from_num(Num::Float(f64::NAN)), None);
+        assert_eq!(Num::parse(b"5"), Some(Num::Int(5)));
+        assert_eq!(Num::parse(b"5.0"), Some(Num::Float(5.0)));
+        assert_eq!(Num::parse(b"1e3"), Some(Num::Float(1000.0)));
+        assert_eq!(Num::Float(2.5).to_json(), "2.5");
+    }
+}

@@ -1,0 +1,18 @@
+//! cgfast's core: everything the CLI and the Python bindings share, free of Python.
+
+pub mod annotation_file;
+pub mod annotations;
+pub mod edit;
+pub mod io;
+pub mod json;
+pub mod json_value;
+pub mod key;
+pub mod passes;
+pub mod paths;
+pub mod pickle;
+pub mod pipeline;
+pub mod recover;
+pub mod rewrite;
+pub mod scan;
+pub mod trace;
+pub mod value;

@@ -1,0 +1,306 @@
+//! Node ids for traces whose profiler wrote none: each replay's events (one
+//! `cudaGraphLaunch` correlation) are matched to a recorded graph by their kernels,
+//! then to its nodes in dependency order.
+
+use std::collections::{BTreeSet, HashMap};
+
+use crate::annotations::{Annotations, GraphNode, NodeKind};
+use crate::trace::{Cat, Node, TraceIndex};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recover {
+    /// Recover the replays whose events carry no `graph node id`.
+    Auto,
+    /// Recompute the ids of every replay, present or not.
+    Always,
+    Never,
+}
+
+/// What recovery did, for the run's summary.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// Replays that needed ids.
+    pub replays: u64,
+    pub recovered_replays: u64,
+    /// Replays that several recorded graphs fit equally well.
+    pub ambiguous_replays: u64,
+    /// Replays that no recorded graph fits.
+    pub unmatched_replays: u64,
+    pub recovered_events: u64,
+    /// Events of ambiguous or unmatched replays, left without an id.
+    pub unresolved_events: u64,
+    /// Events whose node was chosen among identical, equally eligible candidates.
+    pub tied_events: u64,
+    /// Replays needed ids but the annotations hold no graph topology.
+    pub no_topology: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+enum Tier {
+    Full,
+    Base,
+}
+
+/// A node of a recorded graph, prepared for matching.
+struct PlanNode {
+    id: i64,
+    full: u32,
+    base: u32,
+    grid_block: Option<[u32; 6]>,
+    deps: usize,
+    dependents: Vec<usize>,
+}
+
+struct Plan {
+    nodes: Vec<PlanNode>,
+    signature: [Vec<(u32, u32)>; 2],
+}
+
+/// Names reduced to what both the driver's (mangled) and the profiler's (demangled)
+/// spellings agree on.
+#[derive(Default)]
+struct NameKeys {
+    ids: HashMap<String, u32>,
+}
+
+impl NameKeys {
+    fn id(&mut self, text: String) -> u32 {
+        let next = self.ids.len() as u32;
+        *self.ids.entry(text).or_insert(next)
+    }
+
+    /// (full, base) keys of a kernel name, mangled or not; memcpy/memset by kind.
+    fn keys(&mut self, kind: NodeKind, name: Option<&str>, mangled: bool) -> (u32, u32) {
+        let name = match kind {
+            NodeKind::Kernel => name.unwrap_or(""),
+            NodeKind::Memcpy => "<memcpy>",
+            NodeKind::Memset => "<memset>",
+        };
+        let readable = if mangled { demangle(name) } else { name.to_string() };
+        let full: String = readable.chars().filter(|c| !c.is_whitespace()).collect();
+        let base = base_name(&readable);
+        (self.id(full), self.id(format!("base:{base}")))
+    }
+}
+
+fn demangle(name: &str) -> String {
+    if !name.starts_with("_Z") {
+        return name.to_string();
+    }
+    cpp_demangle::Symbol::new(name)
+        .ok()
+        .and_then(|s| s.demangle().ok())
+        .unwrap_or_else(|| name.to_string())
+}
+
+/// `void ns::kernel<T>(args)` -> `ns::kernel`.
+fn base_name(readable: &str) -> String {
+    const ANONYMOUS: &str = "(anonymous namespace)";
+    let mut from = 0;
+    let end = loop {
+        match readable[from..].find(['<', '(']) {
+            None => break readable.len(),
+            Some(k) if readable[from + k..].starts_with(ANONYMOUS) => from += k + ANONYMOUS.len(),
+            Some(k) => break from + k,
+        }
+    };
+    let head = &readable[..end];
+    head.rsplit(' ').next().unwrap_or(head).to_string()
+}
+
+fn kind_of(cat: Cat) -> Option<NodeKind> {
+    match cat {
+        Cat::Kernel => Some(NodeKind::Kernel),
+        Cat::Memcpy => Some(NodeKind::Memcpy),
+        Cat::Memset => Some(NodeKind::Memset),
+        _ => None,
+    }
+}
+
+fn signature(keys: impl Iterator<Item = u32>) -> Vec<(u32, u32)> {
+    let mut counts: HashMap<u32, u32> = HashMap::new();
+    for k in keys {
+        *counts.entry(k).or_default() += 1;
+    }
+    let mut sig: Vec<(u32, u32)> = counts.into_iter().collect();
+    sig.sort_unstable();
+    sig
+}
+
+fn plan(nodes: &[GraphNode], names: &mut NameKeys) -> Plan {
+    let local: HashMap<i64, usize> = nodes.iter().enumerate().map(|(i, n)| (n.id, i)).collect();
+    let mut plan_nodes: Vec<PlanNode> = nodes
+        .iter()
+        .map(|n| {
+            let (full, base) = names.keys(n.kind, n.name.as_deref(), true);
+            let grid_block = match (n.grid, n.block) {
+                (Some([a, b, c]), Some([d, e, f])) => Some([a, b, c, d, e, f]),
+                _ => None,
+            };
+            PlanNode { id: n.id, full, base, grid_block, deps: 0, dependents: Vec::new() }
+        })
+        .collect();
+    for (i, n) in nodes.iter().enumerate() {
+        let mut deps: Vec<usize> = n.deps.iter().filter_map(|d| local.get(d).copied()).filter(|&d| d != i).collect();
+        deps.sort_unstable();
+        deps.dedup();
+        plan_nodes[i].deps = deps.len();
+        for d in deps {
+            plan_nodes[d].dependents.push(i);
+        }
+    }
+    let signature = [signature(plan_nodes.iter().map(|n| n.full)), signature(plan_nodes.iter().map(|n| n.base))];
+    Plan { nodes: plan_nodes, signature }
+}
+
+struct Event {
+    index: usize,
+    full: u32,
+    base: u32,
+    tid: crate::key::Key,
+    grid_block: Option<[u32; 6]>,
+}
+
+/// Assign each event of a replay (in start order) a node of `plan`.
+fn assign(events: &[Event], plan: &Plan, tier: Tier, tied: &mut u64) -> Option<Vec<i64>> {
+    let key = |full: u32, base: u32| if tier == Tier::Full { full } else { base };
+    let mut waiting: Vec<usize> = plan.nodes.iter().map(|n| n.deps).collect();
+    let mut eligible: HashMap<u32, BTreeSet<usize>> = HashMap::new();
+    for (i, n) in plan.nodes.iter().enumerate() {
+        if n.deps == 0 {
+            eligible.entry(key(n.full, n.base)).or_default().insert(i);
+        }
+    }
+    let mut lane_of_node: Vec<Option<crate::key::Key>> = vec![None; plan.nodes.len()];
+    let mut deps_of: Vec<Vec<usize>> = vec![Vec::new(); plan.nodes.len()];
+    for (i, n) in plan.nodes.iter().enumerate() {
+        for &d in &n.dependents {
+            deps_of[d].push(i);
+        }
+    }
+    let mut out = Vec::with_capacity(events.len());
+    for ev in events {
+        let candidates = eligible.get(&key(ev.full, ev.base))?;
+        let score = |&node: &usize| {
+            let n = &plan.nodes[node];
+            let same_shape = ev.grid_block.is_some() && n.grid_block == ev.grid_block;
+            let same_lane = deps_of[node].iter().any(|&d| lane_of_node[d] == Some(ev.tid));
+            (!same_shape, !same_lane, node)
+        };
+        let best = candidates.iter().min_by_key(|c| score(c)).copied()?;
+        let best_score = score(&best);
+        if candidates.iter().filter(|c| { let s = score(c); (s.0, s.1) == (best_score.0, best_score.1) }).count() > 1 {
+            *tied += 1;
+        }
+        eligible.get_mut(&key(ev.full, ev.base)).expect("present").remove(&best);
+        lane_of_node[best] = Some(ev.tid);
+        out.push(plan.nodes[best].id);
+        for &d in &plan.nodes[best].dependents {
+            waiting[d] -= 1;
+            if waiting[d] == 0 {
+                let dn = &plan.nodes[d];
+                eligible.entry(key(dn.full, dn.base)).or_default().insert(d);
+            }
+        }
+    }
+    Some(out)
+}
+
+/// Recover node ids in `index` from the topology in `annotations`.
+pub fn recover(index: &mut TraceIndex, annotations: &Annotations, mode: Recover) -> Recovery {
+    let mut report = Recovery::default();
+    if mode == Recover::Never {
+        return report;
+    }
+    let mut replays: HashMap<i64, Vec<usize>> = HashMap::new();
+    let mut has_id: HashMap<i64, bool> = HashMap::new();
+    for (i, e) in index.events.iter().enumerate() {
+        let Some(c) = e.correlation else { continue };
+        if e.odd || kind_of(e.cat).is_none() || !index.graph_launches.contains(&c) {
+            continue;
+        }
+        replays.entry(c).or_default().push(i);
+        if matches!(e.node, Node::Id(_)) {
+            has_id.insert(c, true);
+        }
+    }
+    if mode == Recover::Auto {
+        replays.retain(|c, _| !has_id.contains_key(c));
+    }
+    report.replays = replays.len() as u64;
+    if replays.is_empty() {
+        return report;
+    }
+    if annotations.graphs.is_empty() {
+        report.no_topology = true;
+        report.unmatched_replays = report.replays;
+        report.unresolved_events = replays.values().map(|r| r.len() as u64).sum();
+        return report;
+    }
+
+    let mut names = NameKeys::default();
+    let plans: Vec<Plan> = annotations.graphs.values().map(|g| plan(g, &mut names)).collect();
+    let mut name_keys: HashMap<u32, (u32, u32)> = HashMap::new();
+    let mut decided: HashMap<[Vec<(u32, u32)>; 2], Result<(usize, Tier), bool>> = HashMap::new();
+    let mut correlations: Vec<i64> = replays.keys().copied().collect();
+    correlations.sort_unstable();
+
+    for c in correlations {
+        let mut members = replays.remove(&c).expect("listed");
+        members.sort_by(|&a, &b| {
+            let (x, y) = (index.events[a].ts.expect("not odd"), index.events[b].ts.expect("not odd"));
+            x.py_cmp(y).unwrap_or(std::cmp::Ordering::Equal).then(a.cmp(&b))
+        });
+        let events: Vec<Event> = members
+            .iter()
+            .map(|&i| {
+                let e = &index.events[i];
+                let kind = kind_of(e.cat).expect("work");
+                let (full, base) = *name_keys.entry(e.name).or_insert_with(|| {
+                    let name = if e.name == u32::MAX { "" } else { index.names.get(e.name) };
+                    names.keys(kind, Some(name), false)
+                });
+                let (full, base) = if kind == NodeKind::Kernel { (full, base) } else { names.keys(kind, None, false) };
+                Event { index: i, full, base, tid: e.tid, grid_block: e.grid_block }
+            })
+            .collect();
+        let sig = [signature(events.iter().map(|e| e.full)), signature(events.iter().map(|e| e.base))];
+        let decision = decided
+            .entry(sig.clone())
+            .or_insert_with(|| {
+                for (slot, tier) in [(0, Tier::Full), (1, Tier::Base)] {
+                    let fits: Vec<usize> = plans.iter().enumerate().filter(|(_, p)| p.signature[slot] == sig[slot]).map(|(i, _)| i).collect();
+                    match fits.len() {
+                        0 => continue,
+                        1 => return Ok((fits[0], tier)),
+                        _ => return Err(true),
+                    }
+                }
+                Err(false)
+            })
+            .clone();
+        let assigned = match decision {
+            Ok((graph, tier)) => assign(&events, &plans[graph], tier, &mut report.tied_events),
+            Err(true) => {
+                report.ambiguous_replays += 1;
+                report.unresolved_events += events.len() as u64;
+                continue;
+            }
+            Err(false) => None,
+        };
+        match assigned {
+            Some(ids) => {
+                report.recovered_replays += 1;
+                report.recovered_events += ids.len() as u64;
+                for (ev, id) in events.iter().zip(ids) {
+                    index.events[ev.index].edit.recovered_node = Some(id);
+                }
+            }
+            None => {
+                report.unmatched_replays += 1;
+                report.unresolved_events += events.len() as u64;
+            }
+        }
+    }
+    report
+}

@@ -1,0 +1,254 @@
+//! The three passes on a trace held as Python dicts: index the dicts, decide in the
+//! core, write the decisions back exactly as the reference would.
+
+use std::collections::HashMap;
+
+use cgfast_core::key::Key;
+use cgfast_core::passes::{self, AsksLane, FlowLink};
+use cgfast_core::trace::{Cat, Field, Node, Observed, Ph, TraceIndex};
+use pyo3::exceptions::{PyKeyError, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyString};
+
+use crate::convert::{key_of, key_to_py, num_of, num_to_py};
+
+fn events_of<'py>(trace: &Bound<'py, PyDict>) -> PyResult<Bound<'py, PyList>> {
+    let events = trace.get_item("traceEvents")?.ok_or_else(|| PyKeyError::new_err("traceEvents"))?;
+    events.cast_into::<PyList>().map_err(|_| PyTypeError::new_err("traceEvents must be a list"))
+}
+
+fn str_field(d: &Bound<'_, PyDict>, name: &str) -> PyResult<Option<String>> {
+    Ok(match d.get_item(name)? {
+        Some(v) => v.cast::<PyString>().ok().map(|s| s.to_string_lossy().into_owned()),
+        None => None,
+    })
+}
+
+fn num_field(d: &Bound<'_, PyDict>, name: &str) -> PyResult<Field<cgfast_core::key::Num>> {
+    Ok(match d.get_item(name)? {
+        None => Field::Missing,
+        Some(v) => num_of(&v).map_or(Field::Odd, Field::Value),
+    })
+}
+
+fn node_of(v: Option<Bound<'_, PyAny>>) -> Node {
+    let Some(v) = v else { return Node::Missing };
+    if v.is_none() {
+        return Node::Null;
+    }
+    match num_of(&v) {
+        Some(n) if n.as_f64() == 0.0 => Node::Zero,
+        Some(n) => match Key::from_num(n) {
+            Some(Key::Int(i)) => Node::Id(i),
+            _ => Node::Other,
+        },
+        None => Node::Other,
+    }
+}
+
+/// Index the events of `traceEvents` (non-dict events are left alone).
+fn index_of(events: &Bound<'_, PyList>) -> PyResult<TraceIndex> {
+    let mut index = TraceIndex::default();
+    for (ordinal, ev) in events.iter().enumerate() {
+        let Ok(d) = ev.cast::<PyDict>() else {
+            index.event_count += 1;
+            continue;
+        };
+        let args = d.get_item("args")?;
+        let args_dict = args.as_ref().and_then(|a| a.cast::<PyDict>().ok());
+        let name = str_field(d, "name")?;
+        let cat = str_field(d, "cat")?.map_or(Cat::Other, |c| Cat::from_name(&c));
+        let ph = str_field(d, "ph")?.map_or(Ph::Other, |p| Ph::from_name(&p));
+        let pid = match d.get_item("pid")? {
+            Some(p) => Some(key_of(Some(&p), &mut index.keys)),
+            None => None,
+        };
+        let tid = key_of(d.get_item("tid")?.as_ref(), &mut index.keys);
+        let (node, args_stream, args_name_is_stream) = match args_dict {
+            Some(a) => {
+                let stream = a.get_item("stream")?.map(|s| key_of(Some(&s), &mut index.keys));
+                let stream_name = match a.get_item("name")? {
+                    Some(n) => n.str()?.to_string_lossy().starts_with("stream "),
+                    None => false,
+                };
+                (node_of(a.get_item("graph node id")?), stream, stream_name)
+            }
+            None => (Node::Missing, None, false),
+        };
+        let observed = Observed {
+            ph,
+            cat,
+            name: name.as_deref(),
+            pid,
+            tid,
+            ts: num_field(d, "ts")?,
+            dur: num_field(d, "dur")?,
+            args: match (&args, args_dict) {
+                (None, _) => Field::Missing,
+                (Some(_), Some(_)) => Field::Value(()),
+                (Some(_), None) => Field::Odd,
+            },
+            node,
+            args_stream,
+            args_name_is_stream,
+            correlation: None,
+            grid_block: None,
+        };
+        index.observe(ordinal as u32, &observed);
+    }
+    Ok(index)
+}
+
+/// A node's annotation with Python's own `str()` and `int()` applied.
+struct PyResolved<'py> {
+    writes: Vec<(Bound<'py, PyAny>, Bound<'py, PyAny>)>,
+    stream: Option<i64>,
+}
+
+impl AsksLane for PyResolved<'_> {
+    fn lane(&self) -> Option<i64> {
+        self.stream
+    }
+}
+
+fn resolve<'py>(py: Python<'py>, index: &TraceIndex, annotations: &Bound<'py, PyAny>) -> PyResult<HashMap<i64, PyResolved<'py>>> {
+    let mut out = HashMap::new();
+    let annotation_key = PyString::new(py, "annotation").into_any();
+    for e in &index.events {
+        let Node::Id(node) = e.node else { continue };
+        if out.contains_key(&node) || !annotations.contains(node)? {
+            continue;
+        }
+        let mut resolved = PyResolved { writes: Vec::new(), stream: None };
+        for item in annotations.get_item(node)?.try_iter()? {
+            let item = item?;
+            match item.cast::<PyDict>() {
+                Ok(d) => {
+                    for (k, v) in d.iter() {
+                        resolved.writes.push((k, v.str()?.into_any()));
+                    }
+                    if let Some(s) = d.get_item("stream")? {
+                        resolved.stream = Some(py.get_type::<pyo3::types::PyInt>().call1((s,))?.extract()?);
+                    }
+                }
+                Err(_) => resolved.writes.push((annotation_key.clone(), item.str()?.into_any())),
+            }
+        }
+        out.insert(node, resolved);
+    }
+    Ok(out)
+}
+
+fn print(py: Python<'_>, line: String) -> PyResult<()> {
+    py.import("builtins")?.getattr("print")?.call1((line,))?;
+    Ok(())
+}
+
+fn args_of<'py>(event: &Bound<'py, PyDict>) -> PyResult<Option<Bound<'py, PyDict>>> {
+    Ok(event.get_item("args")?.and_then(|a| a.cast_into::<PyDict>().ok()))
+}
+
+#[pyfunction]
+#[pyo3(signature = (trace, annotations, default_stream = 7))]
+pub fn annotate_trace(py: Python<'_>, trace: &Bound<'_, PyDict>, annotations: &Bound<'_, PyAny>, default_stream: i64) -> PyResult<u64> {
+    let events = events_of(trace)?;
+    let mut index = index_of(&events)?;
+    let resolved = resolve(py, &index, annotations)?;
+    let outcome = passes::annotate(&mut index, &resolved, default_stream, FlowLink::AtTidTs);
+
+    for e in &index.events {
+        let Some(tid) = e.edit.tid else { continue };
+        let event = events.get_item(e.ordinal as usize)?.cast_into::<PyDict>()?;
+        if let Some(args) = args_of(&event)? {
+            if let Some(r) = e.edit.annotation.and_then(|n| resolved.get(&n)) {
+                for (k, v) in &r.writes {
+                    args.set_item(k, v)?;
+                }
+            }
+            if let Some(stream) = e.edit.args_stream {
+                args.set_item("stream", stream)?;
+            }
+        }
+        event.set_item("tid", key_to_py(py, tid, &index.keys)?)?;
+    }
+
+    let removed: std::collections::HashSet<u32> = index.events.iter().filter(|e| e.edit.removed).map(|e| e.ordinal).collect();
+    let gpu_pid = index
+        .events
+        .iter()
+        .find(|e| !e.edit.removed && e.stream_thread_name)
+        .map(|e| events.get_item(e.ordinal as usize).and_then(|ev| Ok(ev.cast_into::<PyDict>()?.get_item("pid")?)))
+        .transpose()?
+        .flatten()
+        .map_or_else(|| 0i64.into_pyobject(py).map(|p| p.into_any()), Ok)?;
+    let kept = PyList::empty(py);
+    for (i, ev) in events.iter().enumerate() {
+        if !removed.contains(&(i as u32)) {
+            kept.append(ev)?;
+        }
+    }
+    for &tid in &outcome.named_lanes {
+        let tid = key_to_py(py, tid, &index.keys)?;
+        let meta = PyDict::new(py);
+        meta.set_item("ph", "M")?;
+        meta.set_item("pid", &gpu_pid)?;
+        meta.set_item("tid", &tid)?;
+        meta.set_item("name", "thread_name")?;
+        let args = PyDict::new(py);
+        args.set_item("name", format!("stream {}", tid.str()?))?;
+        meta.set_item("args", args)?;
+        kept.append(meta)?;
+    }
+    trace.set_item("traceEvents", kept)?;
+    if outcome.noise_removed > 0 {
+        print(py, format!("Removed {} noise events from empty streams", outcome.noise_removed))?;
+    }
+    Ok(outcome.annotated)
+}
+
+#[pyfunction]
+#[pyo3(signature = (trace, default_stream = 7, overlap_stream = 8))]
+pub fn move_overlapping_to_stream(trace: &Bound<'_, PyDict>, default_stream: i64, overlap_stream: i64) -> PyResult<u64> {
+    let events = events_of(trace)?;
+    let mut index = index_of(&events)?;
+    let moved = passes::move_overlapping(&mut index, default_stream, overlap_stream);
+    for e in index.events.iter().filter(|e| e.edit.tid.is_some()) {
+        let event = events.get_item(e.ordinal as usize)?.cast_into::<PyDict>()?;
+        event.set_item("tid", overlap_stream)?;
+        if let Some(args) = args_of(&event)? {
+            args.set_item("stream", overlap_stream)?;
+        }
+    }
+    Ok(moved)
+}
+
+#[pyfunction]
+#[pyo3(signature = (trace, max_adjust_us = 1.0))]
+pub fn fix_overlapping_timestamps(py: Python<'_>, trace: &Bound<'_, PyDict>, max_adjust_us: f64) -> PyResult<u64> {
+    let events = events_of(trace)?;
+    let mut index = index_of(&events)?;
+    let fixed = passes::fix_timestamps(&mut index, max_adjust_us);
+    for e in &index.events {
+        if let Some(ts) = e.edit.ts {
+            events.get_item(e.ordinal as usize)?.set_item("ts", num_to_py(py, ts)?)?;
+        }
+    }
+    for large in &fixed.large {
+        let e = &index.events[large.event];
+        let event = events.get_item(e.ordinal as usize)?;
+        let name = match event.cast::<PyDict>()?.get_item("name")? {
+            Some(n) => n.get_item(pyo3::types::PySlice::new(py, 0, 60, 1))?.str()?.to_string(),
+            None => "?".into(),
+        };
+        print(
+            py,
+            format!(
+                "WARNING: large overlap {:.3}us on stream {} for {}, skipping adjustment",
+                large.overlap_us,
+                key_to_py(py, large.tid, &index.keys)?.str()?,
+                name
+            ),
+        )?;
+    }
+    Ok(fixed.fixed)
+}

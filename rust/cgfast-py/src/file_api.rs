@@ -1,0 +1,110 @@
+//! The file pipeline, annotation files and the command line, from Python.
+
+use std::path::PathBuf;
+
+use cgfast_core::annotation_file;
+use cgfast_core::annotations::Annotations;
+use cgfast_core::paths::{default_output, discover_annotations};
+use cgfast_core::pipeline::{self, Options};
+use cgfast_core::recover::Recover;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString};
+
+use crate::convert::{annotations_of, graphs_to_py, json_to_py, value_to_py};
+use crate::TraceError;
+
+fn path_of(obj: &Bound<'_, PyAny>) -> PyResult<Option<PathBuf>> {
+    if obj.is_none() {
+        return Ok(None);
+    }
+    let fspath = obj.py().import("os")?.getattr("fspath")?.call1((obj,))?;
+    match fspath.cast::<PyString>() {
+        Ok(s) => Ok(Some(PathBuf::from(s.to_string_lossy().into_owned()))),
+        Err(_) => Err(PyValueError::new_err("paths must be str or os.PathLike[str]")),
+    }
+}
+
+fn recover_mode(name: &str) -> PyResult<Recover> {
+    match name {
+        "auto" => Ok(Recover::Auto),
+        "always" => Ok(Recover::Always),
+        "never" => Ok(Recover::Never),
+        other => Err(PyValueError::new_err(format!("recover must be 'auto', 'always' or 'never', not {other:?}"))),
+    }
+}
+
+#[pyfunction]
+#[pyo3(signature = (trace, annotations = None, output = None, *, default_stream = 7, overlap_stream = 8, max_adjust_us = 1.0, recover = "auto", gzip_level = 3))]
+#[allow(clippy::too_many_arguments)]
+pub fn annotate_file<'py>(
+    py: Python<'py>,
+    trace: &Bound<'py, PyAny>,
+    annotations: Option<&Bound<'py, PyAny>>,
+    output: Option<&Bound<'py, PyAny>>,
+    default_stream: i64,
+    overlap_stream: i64,
+    max_adjust_us: f64,
+    recover: &str,
+    gzip_level: u32,
+) -> PyResult<Bound<'py, PyAny>> {
+    let trace = path_of(trace)?.ok_or_else(|| PyValueError::new_err("trace must be a path"))?;
+    if !(max_adjust_us.is_finite() && max_adjust_us >= 0.0) || gzip_level > 9 {
+        return Err(PyValueError::new_err("max_adjust_us must be >= 0 and gzip_level 0..9"));
+    }
+    let (annotations_path, annotations): (Option<PathBuf>, Annotations) = match annotations {
+        Some(a) if !a.is_none() && a.cast::<PyString>().is_err() && a.hasattr("items")? => (None, annotations_of(a, None)?),
+        Some(a) if !a.is_none() => {
+            let path = path_of(a)?.expect("not None");
+            let loaded = py.detach(|| annotation_file::read(&path)).map_err(TraceError::new_err)?;
+            (Some(path), loaded)
+        }
+        _ => {
+            let path = discover_annotations(&trace).ok_or_else(|| {
+                TraceError::new_err(format!("could not find the annotations of {} (kernel_annotations_rank<R>_*.json or .pkl); pass annotations=", trace.display()))
+            })?;
+            let loaded = py.detach(|| annotation_file::read(&path)).map_err(TraceError::new_err)?;
+            (Some(path), loaded)
+        }
+    };
+    let output = match output {
+        Some(o) => path_of(o)?,
+        None => None,
+    }
+    .unwrap_or_else(|| default_output(&trace));
+    let options = Options { default_stream, overlap_stream, max_adjust_us, recover: recover_mode(recover)?, gzip_level };
+    let report = py
+        .detach(|| pipeline::annotate_file(&trace, &annotations, &output, &options, &mut |_, _, _| {}))
+        .map_err(|f| TraceError::new_err(f.message))?;
+    json_to_py(py, &report.to_json(annotations_path.as_deref(), true))
+}
+
+/// `(annotations, graphs)` of an annotation file.
+#[pyfunction]
+pub fn read_annotations<'py>(py: Python<'py>, path: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
+    let path = path_of(path)?.ok_or_else(|| PyValueError::new_err("path must not be None"))?;
+    let loaded = py.detach(|| annotation_file::read(&path)).map_err(TraceError::new_err)?;
+    let nodes = PyDict::new(py);
+    let mut ids: Vec<&i64> = loaded.nodes.keys().collect();
+    ids.sort_unstable();
+    for id in ids {
+        let items: Vec<Bound<'py, PyAny>> = loaded.nodes[id].iter().map(|item| value_to_py(py, &item.to_value())).collect::<PyResult<_>>()?;
+        nodes.set_item(*id, items)?;
+    }
+    Ok((nodes, graphs_to_py(py, &loaded.graphs)?))
+}
+
+#[pyfunction]
+#[pyo3(signature = (path, annotations, graphs = None))]
+pub fn write_annotations(py: Python<'_>, path: &Bound<'_, PyAny>, annotations: &Bound<'_, PyAny>, graphs: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    let path = path_of(path)?.ok_or_else(|| PyValueError::new_err("path must not be None"))?;
+    let annotations = annotations_of(annotations, graphs)?;
+    py.detach(|| annotation_file::write(&path, &annotations)).map_err(TraceError::new_err)
+}
+
+/// Run the `cgfast` command line in this process; returns its exit status.
+#[pyfunction]
+pub fn run_cli(py: Python<'_>, argv: Vec<String>) -> PyResult<i32> {
+    py.import("sys")?.getattr("stdout")?.call_method0("flush")?;
+    Ok(py.detach(|| cgfast_cli::run(argv)))
+}

@@ -1,0 +1,23 @@
+//! `cgfast._cgfast`: the Rust core, seen from Python.
+
+mod convert;
+mod dict_passes;
+mod file_api;
+
+use pyo3::prelude::*;
+
+pyo3::create_exception!(cgfast, TraceError, pyo3::exceptions::PyValueError, "A trace or annotation file cannot be processed.");
+
+#[pymodule]
+fn _cgfast(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("TraceError", m.py().get_type::<TraceError>())?;
+    m.add_function(wrap_pyfunction!(dict_passes::annotate_trace, m)?)?;
+    m.add_function(wrap_pyfunction!(dict_passes::move_overlapping_to_stream, m)?)?;
+    m.add_function(wrap_pyfunction!(dict_passes::fix_overlapping_timestamps, m)?)?;
+    m.add_function(wrap_pyfunction!(file_api::annotate_file, m)?)?;
+    m.add_function(wrap_pyfunction!(file_api::read_annotations, m)?)?;
+    m.add_function(wrap_pyfunction!(file_api::write_annotations, m)?)?;
+    m.add_function(wrap_pyfunction!(file_api::run_cli, m)?)?;
+    Ok(())
+}
