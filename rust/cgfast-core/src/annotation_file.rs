@@ -10,7 +10,9 @@
 //! with kind 0 = kernel, 1 = memcpy, 2 = memset; `name_index` is -1 and `grid`/`block`
 //! are null where the node has none.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap as HashMap;
 use std::io::Write;
 use std::path::Path;
 
@@ -63,7 +65,7 @@ fn from_document(document: Value) -> Result<Annotations, String> {
 }
 
 fn node_map(entries: Vec<(Value, Value)>) -> Result<HashMap<i64, Vec<Item>>, String> {
-    let mut nodes = HashMap::with_capacity(entries.len());
+    let mut nodes = HashMap::with_capacity_and_hasher(entries.len(), Default::default());
     for (key, items) in entries {
         let node = match &key {
             Value::Int(i) => i64::try_from(*i).ok(),
@@ -210,7 +212,7 @@ fn graph_json(exec_id: u32, nodes: &[GraphNode]) -> Result<String, String> {
         }
     };
     let mut names: Vec<&str> = Vec::new();
-    let mut name_ids: HashMap<&str, usize> = HashMap::new();
+    let mut name_ids: HashMap<&str, usize> = HashMap::default();
     let mut rows = Vec::with_capacity(nodes.len());
     let dims = |d: &Option<[u32; 3]>| d.map_or("null".to_string(), |[x, y, z]| format!("[{x}, {y}, {z}]"));
     for node in nodes {

@@ -1,7 +1,9 @@
 //! Annotations: node id -> items (dicts or strings), as the capture layer records
 //! them, and the recorded topology of each executable graph.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::value::Value;
 

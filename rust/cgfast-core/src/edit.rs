@@ -1,133 +1,254 @@
 //! Surgical edits of one event's JSON: replace or add top-level and `args` members,
 //! keep every other byte as it was.
 
-use crate::json::{text_of, Cursor, Scan};
+use crate::json::{str_is, Cursor, Scan, StrSpan};
+use crate::scan::{Places, Rel};
 
-/// The members to set on an event; values are JSON text.
-#[derive(Default, Debug, Clone)]
-pub struct EventEdits {
-    pub top: Vec<(&'static str, String)>,
-    pub args: Vec<(String, String)>,
+/// One `key: value` to set; `value` is JSON text, `quoted_key` the key as JSON.
+#[derive(Clone, Copy, Debug)]
+pub struct Set<'a> {
+    pub key: &'a str,
+    pub quoted_key: &'a str,
+    pub value: &'a str,
 }
 
+/// The members to set on an event, applied in order with dict semantics: a later
+/// write of a key wins, keys that are new go last.
+#[derive(Default, Debug, Clone)]
+pub struct EventEdits<'a> {
+    pub top: Vec<Set<'a>>,
+    pub args: Vec<Set<'a>>,
+}
+
+#[derive(Clone, Copy)]
 struct Member {
-    key: String,
+    key: StrSpan,
     value: (usize, usize),
 }
 
-fn members(c: &mut Cursor<'_>) -> Scan<(Vec<Member>, usize)> {
-    let mut out = Vec::new();
-    c.object(|c, key| {
-        let key = text_of(c.buf, key).into_owned();
-        c.peek()?;
-        let start = c.pos;
-        c.skip_value()?;
-        out.push(Member { key, value: (start, c.pos) });
-        Ok(())
-    })?;
-    Ok((out, c.pos - 1))
+/// Reusable buffers, so that editing allocates nothing per event.
+#[derive(Default)]
+pub struct Editor {
+    top: Vec<Member>,
+    args: Vec<Member>,
 }
 
-/// Apply `edits` (in order, dict semantics: the last write of a key wins, new keys go
-/// last) to `event`, a JSON object. `None` if `event` is not an object.
-pub fn apply(event: &[u8], edits: &EventEdits) -> Option<Vec<u8>> {
-    let mut c = Cursor::new(event, 0);
-    let (top, close) = members(&mut c).ok()?;
-    let mut replace: Vec<((usize, usize), String)> = Vec::new();
-    let mut append_top: Vec<(String, String)> = Vec::new();
-    plan(&top, edits.top.iter().map(|(k, v)| (k.to_string(), v.clone())), &mut replace, &mut append_top);
+fn members(c: &mut Cursor<'_>, out: &mut Vec<Member>) -> Scan<usize> {
+    out.clear();
+    c.object(|c, key| {
+        c.peek()?;
+        let start = c.pos;
+        c.skip_trusted()?;
+        let mut end = c.pos;
+        while end > start && matches!(c.buf[end - 1], b' ' | b'\n' | b'\r' | b'\t') {
+            end -= 1;
+        }
+        out.push(Member { key, value: (start, end) });
+        Ok(())
+    })?;
+    Ok(c.pos - 1)
+}
 
-    let mut append_args: Vec<(String, String)> = Vec::new();
-    let mut args_close = None;
-    if !edits.args.is_empty() {
-        match top.iter().rev().find(|m| m.key == "args") {
-            Some(m) if event[m.value.0] == b'{' => {
-                let mut ac = Cursor::new(&event[..m.value.1], m.value.0);
-                let (args, close) = members(&mut ac).ok()?;
-                plan(&args, edits.args.iter().cloned(), &mut replace, &mut append_args);
-                args_close = Some((close, args.is_empty()));
+/// Where each write lands: on an existing member (by index), or appended.
+fn plan<'a>(event: &[u8], existing: &[Member], writes: &[Set<'a>], replaced: &mut Vec<(usize, &'a str)>, appended: &mut Vec<Set<'a>>) {
+    for w in writes {
+        if let Some(i) = existing.iter().rposition(|m| str_is(event, m.key, w.key)) {
+            match replaced.iter_mut().find(|(j, _)| *j == i) {
+                Some(slot) => slot.1 = w.value,
+                None => replaced.push((i, w.value)),
             }
-            _ => {
-                let body: Vec<String> = edits.args.iter().map(|(k, v)| format!("{}: {v}", crate::json::quote(k))).collect();
-                let object = format!("{{{}}}", body.join(", "));
-                match top.iter().rev().find(|m| m.key == "args") {
-                    Some(m) => replace.push((m.value, object)),
-                    None => append_top.push(("args".into(), object)),
+        } else if let Some(slot) = appended.iter_mut().find(|a| a.key == w.key) {
+            slot.value = w.value;
+        } else {
+            appended.push(*w);
+        }
+    }
+}
+
+fn push_members(out: &mut Vec<u8>, members: &[Set<'_>], first: bool) {
+    for (i, m) in members.iter().enumerate() {
+        if i > 0 || !first {
+            out.extend_from_slice(b", ");
+        }
+        out.extend_from_slice(m.quoted_key.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(m.value.as_bytes());
+    }
+}
+
+/// Apply `edits` by splicing at `places` (recorded by the scan), without parsing;
+/// `false` (nothing written) when the places cannot take them.
+pub fn splice(event: &[u8], places: &Places, edits: &EventEdits<'_>, out: &mut Vec<u8>) -> bool {
+    if !places.exact || event.last() != Some(&b'}') {
+        return false;
+    }
+    let mut top: Vec<Set<'_>> = Vec::with_capacity(2);
+    coalesce(&edits.top, &mut top);
+    let mut args: Vec<Set<'_>> = Vec::with_capacity(edits.args.len());
+    coalesce(&edits.args, &mut args);
+    if !args.is_empty() && places.args_close == u16::MAX {
+        return false;
+    }
+    let mut replaced: [(usize, usize, &str); 4] = [(0, 0, ""); 4];
+    let mut n_replaced = 0;
+    let mut top_new: [Option<Set<'_>>; 2] = [None, None];
+    for (slot, w) in top.iter().enumerate() {
+        let at = match w.key {
+            "tid" => places.tid,
+            "ts" => places.ts,
+            _ => return false,
+        };
+        if at.is_some() {
+            replaced[n_replaced] = (at.start as usize, at.start as usize + at.len as usize, w.value);
+            n_replaced += 1;
+        } else {
+            top_new[slot.min(1)] = Some(*w);
+        }
+    }
+    let mut args_new: Vec<Set<'_>> = Vec::with_capacity(args.len());
+    for w in &args {
+        let at = match w.key {
+            "stream" => places.stream,
+            "graph node id" => places.node,
+            _ => Rel::NONE,
+        };
+        if at.is_some() {
+            if n_replaced == replaced.len() {
+                return false;
+            }
+            replaced[n_replaced] = (at.start as usize, at.start as usize + at.len as usize, w.value);
+            n_replaced += 1;
+        } else {
+            args_new.push(*w);
+        }
+    }
+    let replaced = &mut replaced[..n_replaced];
+    replaced.sort_unstable_by_key(|r| r.0);
+    let args_close = places.args_close as usize;
+    let top_close = event.len() - 1;
+    let mut at = 0;
+    let mut args_done = args_new.is_empty();
+    for &(s, e, value) in replaced.iter() {
+        if !args_done && args_close < s {
+            out.extend_from_slice(&event[at..args_close]);
+            push_members(out, &args_new, places.args_empty);
+            at = args_close;
+            args_done = true;
+        }
+        out.extend_from_slice(&event[at..s]);
+        out.extend_from_slice(value.as_bytes());
+        at = e;
+    }
+    if !args_done {
+        out.extend_from_slice(&event[at..args_close]);
+        push_members(out, &args_new, places.args_empty);
+        at = args_close;
+    }
+    out.extend_from_slice(&event[at..top_close]);
+    let appended: Vec<Set<'_>> = top_new.iter().flatten().copied().collect();
+    push_members(out, &appended, false);
+    out.extend_from_slice(&event[top_close..]);
+    true
+}
+
+/// `writes` with one entry per key: the last value, at the first key's position.
+fn coalesce<'a>(writes: &[Set<'a>], out: &mut Vec<Set<'a>>) {
+    for w in writes {
+        match out.iter_mut().find(|o| o.key == w.key) {
+            Some(o) => o.value = w.value,
+            None => out.push(*w),
+        }
+    }
+}
+
+impl Editor {
+    /// Write `event` (a JSON object) with `edits` applied into `out`; `false` (and
+    /// nothing written) if `event` is not an object.
+    pub fn apply(&mut self, event: &[u8], edits: &EventEdits<'_>, out: &mut Vec<u8>) -> bool {
+        let mut c = Cursor::new(event, 0);
+        let Ok(close) = members(&mut c, &mut self.top) else { return false };
+        let mut top_replaced = Vec::new();
+        let mut top_appended = Vec::new();
+        plan(event, &self.top, &edits.top, &mut top_replaced, &mut top_appended);
+
+        let mut args_replaced = Vec::new();
+        let mut args_appended = Vec::new();
+        let mut args_object: Option<(usize, bool)> = None;
+        let mut new_args: Option<Vec<u8>> = None;
+        if !edits.args.is_empty() {
+            match self.top.iter().rposition(|m| str_is(event, m.key, "args")).map(|i| self.top[i]) {
+                Some(m) if event[m.value.0] == b'{' => {
+                    let mut ac = Cursor::new(&event[..m.value.1], m.value.0);
+                    let Ok(args_close) = members(&mut ac, &mut self.args) else { return false };
+                    plan(event, &self.args, &edits.args, &mut args_replaced, &mut args_appended);
+                    args_object = Some((args_close, self.args.is_empty()));
+                }
+                Some(_) => return false,
+                None => {
+                    let mut fresh = Vec::new();
+                    plan(event, &[], &edits.args, &mut Vec::new(), &mut fresh);
+                    let mut text = b"{".to_vec();
+                    push_members(&mut text, &fresh, true);
+                    text.push(b'}');
+                    new_args = Some(text);
                 }
             }
         }
-    }
-
-    let mut inserts: Vec<(usize, String)> = Vec::new();
-    if let Some((close, empty)) = args_close {
-        if !append_args.is_empty() {
-            inserts.push((close, joined(&append_args, empty)));
+        if let Some(text) = &new_args {
+            top_appended.push(Set { key: "args", quoted_key: "\"args\"", value: std::str::from_utf8(text).expect("JSON text") });
         }
-    }
-    if !append_top.is_empty() {
-        inserts.push((close, joined(&append_top, top.is_empty())));
-    }
 
-    let mut pieces: Vec<(usize, usize, String)> = replace.into_iter().map(|((s, e), v)| (s, e, v)).collect();
-    pieces.extend(inserts.into_iter().map(|(at, text)| (at, at, text)));
-    pieces.sort_by_key(|p| (p.0, p.1));
-    let mut out = Vec::with_capacity(event.len() + 128);
-    let mut at = 0;
-    for (s, e, text) in pieces {
-        out.extend_from_slice(&event[at..s]);
-        out.extend_from_slice(text.as_bytes());
-        at = e;
-    }
-    out.extend_from_slice(&event[at..]);
-    Some(out)
-}
-
-fn joined(members: &[(String, String)], first: bool) -> String {
-    let mut s = String::new();
-    for (i, (k, v)) in members.iter().enumerate() {
-        if i > 0 || !first {
-            s.push_str(", ");
+        // Splices in byte order: (start, end, what).
+        enum What<'x> {
+            Text(&'x str),
+            Append(&'x [Set<'x>], bool),
         }
-        s.push_str(&crate::json::quote(k));
-        s.push_str(": ");
-        s.push_str(v);
-    }
-    s
-}
-
-/// Sort `writes` into replacements of existing members and new members.
-fn plan(
-    existing: &[Member],
-    writes: impl Iterator<Item = (String, String)>,
-    replace: &mut Vec<((usize, usize), String)>,
-    append: &mut Vec<(String, String)>,
-) {
-    let mut replaced: Vec<(usize, String)> = Vec::new();
-    for (key, value) in writes {
-        if let Some(i) = existing.iter().rposition(|m| m.key == key) {
-            match replaced.iter_mut().find(|(j, _)| *j == i) {
-                Some(slot) => slot.1 = value,
-                None => replaced.push((i, value)),
+        let mut splices: Vec<(usize, usize, What<'_>)> = Vec::with_capacity(8);
+        for &(i, v) in &top_replaced {
+            let (s, e) = self.top[i].value;
+            splices.push((s, e, What::Text(v)));
+        }
+        for &(i, v) in &args_replaced {
+            let (s, e) = self.args[i].value;
+            splices.push((s, e, What::Text(v)));
+        }
+        if let Some((args_close, empty)) = args_object {
+            if !args_appended.is_empty() {
+                splices.push((args_close, args_close, What::Append(&args_appended, empty)));
             }
-        } else if let Some(slot) = append.iter_mut().find(|(k, _)| *k == key) {
-            slot.1 = value;
-        } else {
-            append.push((key, value));
         }
+        if !top_appended.is_empty() {
+            splices.push((close, close, What::Append(&top_appended, self.top.is_empty())));
+        }
+        splices.sort_by_key(|s| (s.0, s.1));
+        let mut at = 0;
+        for (s, e, what) in splices {
+            out.extend_from_slice(&event[at..s]);
+            match what {
+                What::Text(t) => out.extend_from_slice(t.as_bytes()),
+                What::Append(members, first) => push_members(out, members, first),
+            }
+            at = e;
+        }
+        out.extend_from_slice(&event[at..]);
+        true
     }
-    replace.extend(replaced.into_iter().map(|(i, v)| (existing[i].value, v)));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn edit(event: &str, top: &[(&'static str, &str)], args: &[(&str, &str)]) -> String {
-        let edits = EventEdits {
-            top: top.iter().map(|(k, v)| (*k, v.to_string())).collect(),
-            args: args.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-        };
-        String::from_utf8(apply(event.as_bytes(), &edits).unwrap()).unwrap()
+    fn quoted(k: &str) -> &'static str {
+        Box::leak(crate::json::quote(k).into_boxed_str())
+    }
+
+    fn edit(event: &str, top: &[(&'static str, &'static str)], args: &[(&'static str, &'static str)]) -> String {
+        let set = |&(k, v): &(&'static str, &'static str)| Set { key: k, quoted_key: quoted(k), value: v };
+        let edits = EventEdits { top: top.iter().map(set).collect(), args: args.iter().map(set).collect() };
+        let mut out = Vec::new();
+        assert!(Editor::default().apply(event.as_bytes(), &edits, &mut out));
+        String::from_utf8(out).unwrap()
     }
 
     #[test]
@@ -145,6 +266,34 @@ mod tests {
         assert_eq!(edit("{}", &[("tid", "8")], &[]), r#"{"tid": 8}"#);
         assert_eq!(edit(r#"{"args": {}}"#, &[], &[("a", "1")]), r#"{"args": {"a": 1}}"#);
         assert_eq!(edit(r#"{"x": 1}"#, &[], &[("a", "1")]), r#"{"x": 1, "args": {"a": 1}}"#);
+    }
+
+    #[test]
+    fn splicing_at_recorded_places_equals_parsing() {
+        let e = r#"{"ph": "X", "tid": 7, "ts": 1.5, "args": {"stream": 7, "graph node id": 5}}"#;
+        let rel = |needle: &str, len: usize| {
+            let start = e.find(needle).unwrap() + needle.len();
+            Rel { start: start as u16, len: len as u16 }
+        };
+        let places = Places {
+            tid: rel("\"tid\": ", 1),
+            ts: rel("\"ts\": ", 3),
+            stream: rel("\"stream\": ", 1),
+            node: rel("\"graph node id\": ", 1),
+            args_close: (e.len() - 2) as u16,
+            args_empty: false,
+            exact: true,
+        };
+        let set = |k: &'static str, v: &'static str| Set { key: k, quoted_key: quoted(k), value: v };
+        let edits = EventEdits {
+            top: vec![set("tid", "60"), set("ts", "2.0")],
+            args: vec![set("name", "\"mlp\""), set("stream", "\"60\""), set("stream", "60")],
+        };
+        let mut spliced = Vec::new();
+        assert!(splice(e.as_bytes(), &places, &edits, &mut spliced));
+        let mut parsed = Vec::new();
+        assert!(Editor::default().apply(e.as_bytes(), &edits, &mut parsed));
+        assert_eq!(String::from_utf8(spliced).unwrap(), String::from_utf8(parsed).unwrap());
     }
 
     #[test]

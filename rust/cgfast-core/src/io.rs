@@ -33,12 +33,11 @@ impl<R: Read> Read for Counted<R> {
     }
 }
 
-/// The decompressed bytes of a trace file, in chunks; gzip is inflated on a thread of
-/// its own so that scanning and inflating overlap.
-pub struct Chunks {
+/// The decompressed bytes of a trace file; gzip is inflated on a thread of its own so
+/// that scanning and inflating overlap.
+struct Chunks {
     source: Source,
-    pub file_len: u64,
-    pub gzip: bool,
+    file_len: u64,
     read: Arc<AtomicU64>,
 }
 
@@ -48,7 +47,7 @@ enum Source {
 }
 
 impl Chunks {
-    pub fn open(path: &Path) -> io::Result<Chunks> {
+    fn open(path: &Path) -> io::Result<Chunks> {
         let mut file = File::open(path)?;
         let meta = file.metadata()?;
         if meta.is_dir() {
@@ -67,38 +66,81 @@ impl Chunks {
         } else {
             Source::Plain(file)
         };
-        Ok(Chunks { source, file_len: meta.len(), gzip, read })
+        Ok(Chunks { source, file_len: meta.len(), read })
     }
 
     /// Bytes of the file consumed so far (for progress).
-    pub fn file_position(&self) -> u64 {
+    fn file_position(&self) -> u64 {
         self.read.load(Ordering::Relaxed)
     }
 
-    /// Append the next chunk to `buf`; returns the number of bytes appended (0 at the end).
-    pub fn fill(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
-        match &mut self.source {
-            Source::Plain(file) => {
-                let old = buf.len();
-                buf.resize(old + CHUNK, 0);
-                let n = read_full(file, &mut buf[old..]);
-                buf.truncate(old + *n.as_ref().unwrap_or(&0));
-                n
-            }
+}
+
+/// A sliding view of the decompressed input: `bytes()` starts at input offset `base`.
+/// The buffer is allocated (and zeroed) once and reused, so reading costs no memset.
+pub struct Window {
+    chunks: Chunks,
+    data: Vec<u8>,
+    filled: usize,
+    pub base: u64,
+}
+
+impl Window {
+    pub fn open(path: &Path) -> io::Result<Window> {
+        Ok(Window { chunks: Chunks::open(path)?, data: vec![0; 2 * CHUNK], filled: 0, base: 0 })
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.data[..self.filled]
+    }
+
+    /// Input offset just past the bytes held.
+    pub fn end(&self) -> u64 {
+        self.base + self.filled as u64
+    }
+
+    /// Forget the first `n` bytes held.
+    pub fn consume(&mut self, n: usize) {
+        self.data.copy_within(n..self.filled, 0);
+        self.filled -= n;
+        self.base += n as u64;
+    }
+
+    /// Read more input after the bytes held; 0 at the end of the input.
+    pub fn fill(&mut self) -> io::Result<usize> {
+        if self.data.len() - self.filled < CHUNK {
+            self.data.resize(self.filled + 2 * CHUNK, 0);
+        }
+        let n = match &mut self.chunks.source {
+            Source::Plain(file) => read_full(file, &mut self.data[self.filled..self.filled + CHUNK])?,
             Source::Inflating(rx, handle) => match rx.recv() {
                 Ok(Ok(chunk)) => {
-                    buf.extend_from_slice(&chunk);
-                    Ok(chunk.len())
+                    let need = self.filled + chunk.len();
+                    if self.data.len() < need {
+                        self.data.resize(need, 0);
+                    }
+                    self.data[self.filled..need].copy_from_slice(&chunk);
+                    chunk.len()
                 }
-                Ok(Err(e)) => Err(e),
+                Ok(Err(e)) => return Err(e),
                 Err(_) => {
                     if let Some(h) = handle.take() {
                         let _ = h.join();
                     }
-                    Ok(0)
+                    0
                 }
             },
-        }
+        };
+        self.filled += n;
+        Ok(n)
+    }
+
+    pub fn file_position(&self) -> u64 {
+        self.chunks.file_position()
+    }
+
+    pub fn file_len(&self) -> u64 {
+        self.chunks.file_len
     }
 }
 

@@ -39,6 +39,16 @@ pub struct Cursor<'a> {
     nesting: Vec<bool>,
 }
 
+/// Nonzero where a byte of `word` equals `byte` (the high bit of that byte is set;
+/// only the lowest such byte is exact, which is the one used).
+#[inline]
+fn has_byte(word: u64, byte: u8) -> u64 {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let x = word ^ (LO * byte as u64);
+    x.wrapping_sub(LO) & !x & HI
+}
+
 #[inline]
 fn is_ws(b: u8) -> bool {
     matches!(b, b' ' | b'\n' | b'\r' | b'\t')
@@ -87,7 +97,22 @@ impl<'a> Cursor<'a> {
             return self.syntax("a string");
         }
         let start = self.pos + 1;
+        // Most strings of a trace are short keys: look at them eight bytes at a time.
         let mut i = start;
+        while i + 8 <= self.buf.len() && i < start + 64 {
+            let word = u64::from_le_bytes(self.buf[i..i + 8].try_into().expect("8 bytes"));
+            let hits = has_byte(word, b'"') | has_byte(word, b'\\');
+            if hits != 0 {
+                let at = i + (hits.trailing_zeros() / 8) as usize;
+                if self.buf[at] == b'"' {
+                    self.pos = at + 1;
+                    return Ok(StrSpan { start, end: at, escaped: false });
+                }
+                i = at;
+                break;
+            }
+            i += 8;
+        }
         let mut escaped = false;
         loop {
             match memchr2(b'"', b'\\', &self.buf[i..]) {
@@ -108,6 +133,53 @@ impl<'a> Cursor<'a> {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// Skip a value known to be valid JSON (checked by an earlier pass): strings and
+    /// brackets only, no grammar.
+    pub fn skip_trusted(&mut self) -> Scan<()> {
+        let buf = self.buf;
+        let mut i = self.pos;
+        let mut depth = 0usize;
+        loop {
+            let Some(&b) = buf.get(i) else { return Err(ScanError::Incomplete) };
+            match b {
+                b'"' => {
+                    i += 1;
+                    loop {
+                        match memchr2(b'"', b'\\', &buf[i.min(buf.len())..]) {
+                            None => return Err(ScanError::Incomplete),
+                            Some(k) if buf[i + k] == b'"' => {
+                                i += k + 1;
+                                break;
+                            }
+                            Some(k) => i += k + 2,
+                        }
+                    }
+                    if depth == 0 {
+                        self.pos = i;
+                        return Ok(());
+                    }
+                }
+                b'{' | b'[' => {
+                    depth += 1;
+                    i += 1;
+                }
+                b'}' | b']' if depth > 0 => {
+                    depth -= 1;
+                    i += 1;
+                    if depth == 0 {
+                        self.pos = i;
+                        return Ok(());
+                    }
+                }
+                b',' | b'}' | b']' if depth == 0 => {
+                    self.pos = i;
+                    return Ok(());
+                }
+                _ => i += 1,
             }
         }
     }
@@ -308,7 +380,10 @@ impl<'a> Cursor<'a> {
 pub fn text_of(buf: &[u8], s: StrSpan) -> std::borrow::Cow<'_, str> {
     let raw = &buf[s.start..s.end];
     if !s.escaped {
-        return String::from_utf8_lossy(raw);
+        return match std::str::from_utf8(raw) {
+            Ok(text) => std::borrow::Cow::Borrowed(text),
+            Err(_) => String::from_utf8_lossy(raw),
+        };
     }
     std::borrow::Cow::Owned(unescape(raw))
 }

@@ -2,7 +2,7 @@
 //! `int + float` is a float, and comparisons are exact.
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::value::py_float_repr;
 
@@ -69,13 +69,54 @@ impl Num {
             b"-Infinity" => return Some(Num::Float(f64::NEG_INFINITY)),
             _ => {}
         }
-        let text = std::str::from_utf8(token).ok()?;
         if token.iter().any(|b| matches!(b, b'.' | b'e' | b'E')) {
-            text.parse::<f64>().ok().map(Num::Float)
+            parse_decimal(token).or_else(|| std::str::from_utf8(token).ok()?.parse::<f64>().ok()).map(Num::Float)
         } else {
-            text.parse::<i64>().ok().map(Num::Int)
+            parse_int(token).map(Num::Int)
         }
     }
+}
+
+/// `digits.fraction` with at most 15 digits, exactly: an integer below 2**53 divided
+/// by an exact power of ten is correctly rounded (the fast path of Clinger's algorithm).
+fn parse_decimal(token: &[u8]) -> Option<f64> {
+    const POW10: [f64; 16] = [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15];
+    let (negative, body) = match token.first()? {
+        b'-' => (true, &token[1..]),
+        _ => (false, token),
+    };
+    let dot = body.iter().position(|&b| b == b'.')?;
+    let (int_part, frac_part) = (&body[..dot], &body[dot + 1..]);
+    if int_part.is_empty() || frac_part.is_empty() || int_part.len() + frac_part.len() > 15 {
+        return None;
+    }
+    let mut m: u64 = 0;
+    for &d in int_part.iter().chain(frac_part) {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        m = m * 10 + (d - b'0') as u64;
+    }
+    let v = m as f64 / POW10[frac_part.len()];
+    Some(if negative { -v } else { v })
+}
+
+fn parse_int(token: &[u8]) -> Option<i64> {
+    let (negative, digits) = match token.first()? {
+        b'-' => (true, &token[1..]),
+        _ => (false, token),
+    };
+    if digits.is_empty() || digits.len() > 19 {
+        return std::str::from_utf8(token).ok()?.parse().ok();
+    }
+    let mut v: i64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add((d - b'0') as i64)?;
+    }
+    Some(if negative { -v } else { v })
 }
 
 fn cmp_int_float(a: i64, b: f64) -> Option<Ordering> {
@@ -166,14 +207,43 @@ impl Strings {
     }
 }
 
-/// The keys of a trace with their text forms, and a counter for unique keys.
+/// The keys of a trace with their text forms, numbered so that events can hold a
+/// `u32` for each, and a counter for unique keys.
 #[derive(Default, Debug)]
 pub struct Keys {
     pub strings: Strings,
     next_unique: u32,
+    ids: HashMap<Key, u32>,
+    by_id: Vec<Key>,
 }
 
+/// A [`Key`] by its number in a [`Keys`] table: equal keys have equal ids.
+pub type KeyId = u32;
+
 impl Keys {
+    pub fn id(&mut self, key: Key) -> KeyId {
+        if let Some(&id) = self.ids.get(&key) {
+            return id;
+        }
+        let id = self.by_id.len() as KeyId;
+        self.by_id.push(key);
+        self.ids.insert(key, id);
+        id
+    }
+
+    pub fn key(&self, id: KeyId) -> Key {
+        self.by_id[id as usize]
+    }
+
+    /// The id of `key` if some event has it.
+    pub fn find(&self, key: Key) -> Option<KeyId> {
+        self.ids.get(&key).copied()
+    }
+
+    pub fn count(&self) -> usize {
+        self.by_id.len()
+    }
+
     pub fn unique(&mut self) -> Key {
         self.next_unique += 1;
         Key::Unique(self.next_unique)
@@ -251,5 +321,8 @@ mod tests {
         assert_eq!(Num::parse(b"5.0"), Some(Num::Float(5.0)));
         assert_eq!(Num::parse(b"1e3"), Some(Num::Float(1000.0)));
         assert_eq!(Num::Float(2.5).to_json(), "2.5");
+        for text in ["5361804758596.525", "0.1", "-2.75", "123456789012.345", "1.000000000000001", "0.30000000000000004", "9007199254.740993"] {
+            assert_eq!(Num::parse(text.as_bytes()), Some(Num::Float(text.parse().unwrap())), "{text}");
+        }
     }
 }

@@ -2,11 +2,11 @@
 //! each graphed event goes to, what is noise, which lanes need names, which
 //! overlapping kernels move aside, and which timestamps are jitter to repair.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use crate::annotations::Resolved;
-use crate::key::{Key, Num};
-use crate::trace::{Cat, Ph, TraceIndex};
+use crate::key::{Key, KeyId, Num};
+use crate::trace::{Cat, Node, Ph, TraceIndex, NONE};
 
 /// Which flow-finish events follow a graphed event when it changes lanes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,7 +34,7 @@ impl AsksLane for Resolved {
     }
 }
 
-impl<T: AsksLane> Lookup for HashMap<i64, T> {
+impl<T: AsksLane, S: std::hash::BuildHasher> Lookup for std::collections::HashMap<i64, T, S> {
     fn stream_of(&self, node: i64) -> Option<Option<i64>> {
         self.get(&node).map(AsksLane::lane)
     }
@@ -47,121 +47,180 @@ pub struct Annotated {
     pub metadata_removed: u64,
     /// The pid of the GPU process (of the first `stream ...` thread name; 0 if none).
     pub gpu_pid: Key,
+    /// The tracked event that `gpu_pid` was read from.
+    pub gpu_pid_event: Option<usize>,
     /// Lanes that get a new `thread_name`, in order.
-    pub named_lanes: Vec<Key>,
+    pub named_lanes: Vec<KeyId>,
 }
 
 /// `annotate_trace`: annotate and re-lane graphed events, drop replicated noise, tidy
 /// the lane metadata.
 pub fn annotate(index: &mut TraceIndex, annotations: &impl Lookup, default_stream: i64, link: FlowLink) -> Annotated {
-    let mut flows_at: HashMap<(Option<Key>, Key, Key), Vec<u32>> = HashMap::new();
-    for (i, e) in index.events.iter().enumerate() {
-        if e.is_flow_finish() {
-            if let Some(ts) = e.ts.and_then(Key::from_num) {
-                let pid = if link == FlowLink::Follow { e.pid } else { None };
-                flows_at.entry((pid, e.tid, ts)).or_default().push(i as u32);
+    let with_pid = link == FlowLink::Follow;
+    // Flows by place: the first flow at each place, then a chain through the others.
+    let mut first_at: HashMap<(KeyId, KeyId, Key), u32> = HashMap::with_capacity_and_hasher(index.flows.len(), Default::default());
+    let mut next_at: Vec<u32> = vec![NONE; index.flows.len()];
+    for (i, f) in index.flows.iter().enumerate().rev() {
+        if let Some(ts) = f.ts().and_then(Key::from_num) {
+            let place = (if with_pid { f.pid } else { NONE }, f.tid, ts);
+            if let Some(prev) = first_at.insert(place, i as u32) {
+                next_at[i] = prev;
             }
         }
     }
 
     let mut out = Annotated::default();
+    let mut lanes: HashMap<i64, KeyId> = HashMap::default();
     for i in 0..index.events.len() {
         let e = &index.events[i];
-        if e.odd || e.edit.removed || !e.current_node().annotatable() {
+        if e.odd() || !e.current_node().annotatable() {
             continue;
         }
         let mut stream = None;
-        if let crate::trace::Node::Id(node) = e.current_node() {
+        let mut annotated = false;
+        if let Node::Id(node) = e.current_node() {
             if let Some(asked) = annotations.stream_of(node) {
                 out.annotated += 1;
+                annotated = true;
                 stream = asked;
-                index.events[i].edit.annotation = Some(node);
             }
         }
-        let e = &index.events[i];
         let stream = stream.unwrap_or(default_stream);
-        let old_ts = e.ts.and_then(Key::from_num);
-        let old_key = old_ts.map(|ts| (if link == FlowLink::Follow { e.pid } else { None }, e.tid, ts));
-        let edit = &mut index.events[i].edit;
-        edit.tid = Some(Key::Int(stream));
-        edit.args_stream = Some(stream);
-        for &f in old_key.and_then(|k| flows_at.get(&k)).into_iter().flatten() {
-            let flow = &mut index.events[f as usize].edit;
-            flow.tid = Some(Key::Int(stream));
-            if link == FlowLink::Follow {
-                flow.follows = Some(i as u32);
+        let lane = *lanes.entry(stream).or_insert_with(|| index.keys.id(Key::Int(stream)));
+        let place = e.ts().and_then(Key::from_num).map(|ts| (if with_pid { e.pid } else { NONE }, e.tid, ts));
+        let e = &mut index.events[i];
+        if annotated {
+            e.set_annotated();
+        }
+        e.set_lane(lane);
+        let mut f = place.and_then(|p| first_at.get(&p).copied()).unwrap_or(NONE);
+        while f != NONE {
+            let flow = &mut index.flows[f as usize];
+            flow.new_tid = lane;
+            if with_pid {
+                flow.follows = i as u32;
             }
+            f = next_at[f as usize];
         }
     }
 
-    let work_tids: HashSet<Key> = index.events.iter().filter(|e| e.cat.is_work()).map(|e| e.current_tid()).collect();
-    for e in index.events.iter_mut() {
-        if (e.cat == Cat::UserAnnotation || e.is_flow_finish()) && !work_tids.contains(&e.current_tid()) {
-            e.edit.removed = true;
+    let mut work_lanes = LaneSet::new(&index.keys);
+    for e in index.events.iter().filter(|e| e.cat.is_work()) {
+        work_lanes.insert(e.current_tid());
+    }
+    for e in index.events.iter_mut().filter(|e| e.cat == Cat::UserAnnotation) {
+        if !work_lanes.contains(e.current_tid()) {
+            e.remove();
+            out.noise_removed += 1;
+        }
+    }
+    for f in index.flows.iter_mut() {
+        if !work_lanes.contains(f.current_tid()) {
+            f.remove();
             out.noise_removed += 1;
         }
     }
 
-    let mut used_tids = index.untracked_tids.clone();
-    used_tids.extend(index.events.iter().filter(|e| !e.edit.removed && e.ph != Ph::Meta).map(|e| e.current_tid()));
-    out.gpu_pid = index
-        .events
-        .iter()
-        .find(|e| !e.edit.removed && e.stream_thread_name)
-        .map_or(Key::Int(0), |e| e.pid.unwrap_or(Key::Int(0)));
-    for e in index.events.iter_mut() {
-        if e.ph == Ph::Meta && !e.edit.removed && !used_tids.contains(&e.current_tid()) {
-            e.edit.removed = true;
+    let mut used = LaneSet::new(&index.keys);
+    for e in index.events.iter().filter(|e| !e.removed() && e.ph != Ph::Meta) {
+        used.insert(e.current_tid());
+    }
+    for f in index.flows.iter().filter(|f| !f.removed()) {
+        used.insert(f.current_tid());
+    }
+    if let Some((i, e)) = index.events.iter().enumerate().find(|(_, e)| !e.removed() && e.stream_thread_name()) {
+        out.gpu_pid = if e.pid == NONE { Key::Int(0) } else { index.keys.key(e.pid) };
+        out.gpu_pid_event = Some(i);
+    }
+    for i in 0..index.events.len() {
+        let e = &index.events[i];
+        let tid = e.current_tid();
+        if e.ph == Ph::Meta && !e.removed() && !used.contains(tid) && !index.lane_used_by_untracked(tid) {
+            index.events[i].remove();
             out.metadata_removed += 1;
         }
     }
-    out.named_lanes = unnamed_lanes(index, work_tids);
+    out.named_lanes = unnamed_lanes(index, &work_lanes);
     out
 }
 
+/// A set of lanes, by key id.
+pub struct LaneSet {
+    member: Vec<bool>,
+}
+
+impl LaneSet {
+    fn new(keys: &crate::key::Keys) -> LaneSet {
+        LaneSet { member: vec![false; keys.count()] }
+    }
+
+    fn insert(&mut self, lane: KeyId) {
+        let i = lane as usize;
+        if i >= self.member.len() {
+            self.member.resize(i + 1, false);
+        }
+        self.member[i] = true;
+    }
+
+    fn contains(&self, lane: KeyId) -> bool {
+        self.member.get(lane as usize).copied().unwrap_or(false)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = KeyId> + '_ {
+        self.member.iter().enumerate().filter(|(_, m)| **m).map(|(i, _)| i as KeyId)
+    }
+}
+
 /// Lanes in `lanes` that no surviving `thread_name` names, sorted.
-fn unnamed_lanes(index: &TraceIndex, lanes: HashSet<Key>) -> Vec<Key> {
-    let named: HashSet<Key> = index.events.iter().filter(|e| e.thread_name && !e.edit.removed).map(|e| e.current_tid()).collect();
-    let mut missing: Vec<Key> = lanes.into_iter().filter(|t| !named.contains(t)).collect();
-    missing.sort_by(|a, b| index.keys.sort_cmp(*a, *b));
+fn unnamed_lanes(index: &TraceIndex, lanes: &LaneSet) -> Vec<KeyId> {
+    let named: HashSet<KeyId> = index.events.iter().filter(|e| e.thread_name() && !e.removed()).map(|e| e.current_tid()).collect();
+    let mut missing: Vec<KeyId> = lanes.iter().filter(|t| !named.contains(t)).collect();
+    missing.sort_by(|a, b| index.keys.sort_cmp(index.keys.key(*a), index.keys.key(*b)));
     missing
 }
 
-/// Graphed work events that the lane passes may reorder: indices into `index.events`.
-fn lane_candidates(index: &TraceIndex, kernels_only: bool) -> impl Iterator<Item = usize> + '_ {
-    index.events.iter().enumerate().filter_map(move |(i, e)| {
-        let kind_ok = if kernels_only { e.cat == Cat::Kernel } else { e.cat.is_work() };
-        (kind_ok && !e.odd && !e.edit.removed && e.current_node().graphed()).then_some(i)
-    })
+/// Graphed work events the lane passes may reorder, with their start times.
+fn lane_candidates(index: &TraceIndex, kernels_only: bool) -> Vec<(Num, u32)> {
+    index
+        .events
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| {
+            let kind_ok = if kernels_only { e.cat == Cat::Kernel } else { e.cat.is_work() };
+            if kind_ok && !e.odd() && !e.removed() && e.current_node().graphed() {
+                e.current_ts().map(|ts| (ts, i as u32))
+            } else {
+                None
+            }
+        })
+        .collect()
 }
 
-fn sort_by_ts(index: &TraceIndex, events: &mut [usize]) {
-    events.sort_by(|&a, &b| {
-        let (x, y) = (index.events[a].current_ts(), index.events[b].current_ts());
-        match (x, y) {
-            (Some(x), Some(y)) => x.py_cmp(y).unwrap_or(std::cmp::Ordering::Equal),
-            _ => std::cmp::Ordering::Equal,
-        }
-    });
+/// Sort by start time, stably like Python's `sorted` (the times are exact in an `f64`).
+fn sort_by_ts(events: &mut [(Num, u32)]) {
+    let mut keyed: Vec<(f64, u32, usize)> = events.iter().enumerate().map(|(k, &(ts, i))| (ts.as_f64(), i, k)).collect();
+    keyed.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal).then(a.2.cmp(&b.2)));
+    let sorted: Vec<(Num, u32)> = keyed.iter().map(|&(_, _, k)| events[k]).collect();
+    events.copy_from_slice(&sorted);
 }
 
 /// `_move_overlapping_to_stream`: graphed kernels on `default_stream` that start
 /// before the previous one ended go to `overlap_stream`.
 pub fn move_overlapping(index: &mut TraceIndex, default_stream: i64, overlap_stream: i64) -> u64 {
-    let lane = Key::Int(default_stream);
-    let mut events: Vec<usize> = lane_candidates(index, true).filter(|&i| index.events[i].current_tid() == lane).collect();
-    sort_by_ts(index, &mut events);
+    let Some(lane) = index.keys.find(Key::Int(default_stream)) else { return 0 };
+    let overlap_lane = index.keys.id(Key::Int(overlap_stream));
+    let mut events = lane_candidates(index, true);
+    events.retain(|&(_, i)| index.events[i as usize].current_tid() == lane);
+    sort_by_ts(&mut events);
     let mut moved = 0;
     let mut prev_end = Num::Float(0.0);
-    for i in events {
-        let e = &mut index.events[i];
-        let ts = e.current_ts().expect("candidates have a ts");
+    for (ts, i) in events {
+        let e = &mut index.events[i as usize];
         if ts.lt(prev_end) {
-            e.edit.tid = Some(Key::Int(overlap_stream));
-            e.edit.args_stream = Some(overlap_stream);
+            e.set_lane(overlap_lane);
             moved += 1;
         } else {
-            prev_end = ts.add(e.dur);
+            prev_end = ts.add(e.dur());
         }
     }
     moved
@@ -171,7 +230,7 @@ pub fn move_overlapping(index: &mut TraceIndex, default_stream: i64, overlap_str
 #[derive(Clone, Debug, PartialEq)]
 pub struct LargeOverlap {
     pub event: usize,
-    pub tid: Key,
+    pub tid: KeyId,
     pub overlap_us: f64,
 }
 
@@ -184,34 +243,36 @@ pub struct Fixed {
 /// `_fix_overlapping_timestamps`: per lane, a graphed work event that starts at most
 /// `max_adjust_us` before the previous one ends is moved to that end.
 pub fn fix_timestamps(index: &mut TraceIndex, max_adjust_us: f64) -> Fixed {
-    let mut lanes: Vec<Vec<usize>> = Vec::new();
-    let mut lane_of: HashMap<Key, usize> = HashMap::new();
-    for i in lane_candidates(index, false).collect::<Vec<_>>() {
-        let tid = index.events[i].current_tid();
-        let slot = *lane_of.entry(tid).or_insert_with(|| {
+    let mut lanes: Vec<Vec<(Num, u32)>> = Vec::new();
+    let mut lane_of: Vec<u32> = vec![NONE; index.keys.count()];
+    for (ts, i) in lane_candidates(index, false) {
+        let tid = index.events[i as usize].current_tid() as usize;
+        if lane_of[tid] == NONE {
+            lane_of[tid] = lanes.len() as u32;
             lanes.push(Vec::new());
-            lanes.len() - 1
-        });
-        lanes[slot].push(i);
+        }
+        lanes[lane_of[tid] as usize].push((ts, i));
     }
     let limit = Num::Float(max_adjust_us);
     let mut out = Fixed::default();
     for mut events in lanes {
-        sort_by_ts(index, &mut events);
+        sort_by_ts(&mut events);
         let mut prev_end = Num::Float(0.0);
-        for i in events {
+        for (ts, i) in events {
+            let i = i as usize;
             let e = &mut index.events[i];
-            let ts = e.current_ts().expect("candidates have a ts");
+            let mut start = ts;
             if ts.lt(prev_end) {
                 let overlap = prev_end.sub(ts);
                 if limit.lt(overlap) {
                     out.large.push(LargeOverlap { event: i, tid: e.current_tid(), overlap_us: overlap.as_f64() });
                 } else {
-                    e.edit.ts = Some(prev_end);
+                    e.set_ts(prev_end);
+                    start = prev_end;
                     out.fixed += 1;
                 }
             }
-            prev_end = e.current_ts().expect("candidates have a ts").add(e.dur);
+            prev_end = start.add(e.dur());
         }
     }
     out
@@ -220,21 +281,11 @@ pub fn fix_timestamps(index: &mut TraceIndex, max_adjust_us: f64) -> Fixed {
 /// cgfast's fixes after the reference passes: flow arrows take their event's final
 /// place, and lanes the later passes filled (the overlap lane) get a name too.
 pub fn settle(index: &mut TraceIndex, annotated: &mut Annotated) {
-    for i in 0..index.events.len() {
-        let Some(target) = index.events[i].edit.follows else { continue };
-        if index.events[i].edit.removed {
-            continue;
-        }
-        let t = &index.events[target as usize];
-        let (tid, ts) = (t.current_tid(), t.current_ts());
-        let edit = &mut index.events[i].edit;
-        edit.tid = Some(tid);
-        if ts != index.events[i].ts {
-            index.events[i].edit.ts = ts;
-        }
+    let mut work = LaneSet::new(&index.keys);
+    for e in index.events.iter().filter(|e| e.cat.is_work() && !e.removed()) {
+        work.insert(e.current_tid());
     }
-    let work: HashSet<Key> = index.events.iter().filter(|e| e.cat.is_work() && !e.edit.removed).map(|e| e.current_tid()).collect();
-    let already: HashSet<Key> = annotated.named_lanes.iter().copied().collect();
-    let extra: Vec<Key> = unnamed_lanes(index, work).into_iter().filter(|t| !already.contains(t)).collect();
+    let already: HashSet<KeyId> = annotated.named_lanes.iter().copied().collect();
+    let extra: Vec<KeyId> = unnamed_lanes(index, &work).into_iter().filter(|t| !already.contains(t)).collect();
     annotated.named_lanes.extend(extra);
 }

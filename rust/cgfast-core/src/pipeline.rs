@@ -1,20 +1,20 @@
 //! The file pipeline: one streaming read to index, the passes on the index, one
 //! streaming rewrite into an atomically committed output.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::annotations::{Annotations, Resolved};
-use crate::edit::{self, EventEdits};
+use crate::edit::{self, Editor, EventEdits, Set};
 use crate::io::{is_gzip_path, AtomicFile, Sink};
 use crate::json::quote;
-use crate::key::Key;
+use crate::key::{Key, KeyId, Num};
 use crate::passes::{self, FlowLink, LargeOverlap};
 use crate::recover::{self, Recover, Recovery};
-use crate::rewrite::{self, Change};
-use crate::scan::{self, ScanFailure};
-use crate::trace::TraceIndex;
+use crate::rewrite::{self, Action, Change};
+use crate::scan::{self, ScanFailure, WriteKeys};
+use crate::trace::{Flow, TraceIndex, NONE};
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -105,17 +105,29 @@ pub fn annotate_file(
     let started = Instant::now();
     let shown = input.display().to_string();
     let resolved = annotations.resolve_all().map_err(|e| fail(format!("annotations: {e}")))?;
-    let (mut index, layout) = scan::scan(input, &mut |done, total| progress(Phase::Reading, done, total)).map_err(|e| match e {
+    let write_keys = WriteKeys::new(resolved.values().flat_map(|r| r.writes.iter().map(|(k, _)| k.as_str())));
+    let (mut index, layout) = scan::scan(input, &write_keys, &mut |done, total| progress(Phase::Reading, done, total)).map_err(|e| match e {
         ScanFailure::Io(err) => fail(format!("{shown}: {}", describe_io(&err))),
         ScanFailure::Invalid(msg, Some(at)) => fail(format!("{shown}: {msg} at byte {at}")),
         ScanFailure::Invalid(msg, None) => fail(format!("{shown}: {msg}")),
     })?;
 
+    let timing = std::env::var_os("CGFAST_TIMING").is_some();
+    let mark = |what: &str| {
+        if timing {
+            eprintln!("cgfast timing: {what} at {:.3} s", started.elapsed().as_secs_f64());
+        }
+    };
+    mark("scanned");
     let recovery = recover::recover(&mut index, annotations, options.recover);
+    mark("recovered");
     let mut annotated = passes::annotate(&mut index, &resolved, options.default_stream, FlowLink::Follow);
+    mark("annotated");
     let moved = passes::move_overlapping(&mut index, options.default_stream, options.overlap_stream);
     let fixed = passes::fix_timestamps(&mut index, options.max_adjust_us);
+    mark("fixed");
     passes::settle(&mut index, &mut annotated);
+    mark("settled");
 
     let mut report = Report {
         input: input.to_path_buf(),
@@ -130,22 +142,26 @@ pub fn annotate_file(
         large_overlaps: fixed.large.len() as u64,
         largest_overlap_us: fixed.large.iter().map(|l| l.overlap_us).fold(0.0, f64::max),
         overlaps: overlap_details(&index, &fixed.large),
-        flows_moved: index.events.iter().filter(|e| e.is_flow_finish() && !e.edit.removed && e.changes_output()).count() as u64,
+        flows_moved: index.flows.iter().filter(|f| !f.removed() && flow_changed(&index, f)).count() as u64,
         lanes_named: annotated.named_lanes.len() as u64,
         recovery,
         input_bytes: std::fs::metadata(input).map(|m| m.len()).unwrap_or(0),
         seconds: 0.0,
     };
 
+    mark("passes done");
     let appended: Vec<String> = annotated.named_lanes.iter().map(|&tid| thread_name_event(&index, annotated.gpu_pid, tid)).collect();
-    let changes = changes(&index, layout.spans.clone(), &resolved);
+    let writes = quoted(&resolved);
+    let mut editor = Editor::default();
 
     let out_file = AtomicFile::create(output).map_err(|e| fail(format!("{}: cannot write: {}", output.display(), describe_io(&e))))?;
     let sink_file = out_file.file().try_clone().map_err(|e| fail(format!("{}: {e}", output.display())))?;
     let mut sink = Sink::new(sink_file, is_gzip_path(output), options.gzip_level);
-    rewrite::rewrite(input, &layout, changes, &appended, &mut sink, &mut |done, total| progress(Phase::Writing, done, total))
+    let mut edit = |id: usize, original: &[u8], out: &mut Vec<u8>| edit_element(&index, &layout, &writes, &mut editor, id, original, out);
+    rewrite::rewrite(input, &layout, changes(&index, &layout), &mut edit, &appended, &mut sink, &mut |done, total| progress(Phase::Writing, done, total))
         .and_then(|_| sink.finish())
         .map_err(|e| fail(format!("{}: {}", output.display(), describe_io(&e))))?;
+    mark("rewritten");
     out_file.commit().map_err(|e| fail(format!("{}: {}", output.display(), describe_io(&e))))?;
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
@@ -167,7 +183,7 @@ fn overlap_details(index: &TraceIndex, large: &[LargeOverlap]) -> Vec<OverlapDet
         .map(|l| {
             let e = &index.events[l.event];
             OverlapDetail {
-                lane: index.keys.py_str(l.tid),
+                lane: index.keys.py_str(index.keys.key(l.tid)),
                 name: index.name_of(e).to_string(),
                 ts: e.current_ts().map_or(f64::NAN, |t| t.as_f64()),
                 overlap_us: l.overlap_us,
@@ -176,7 +192,8 @@ fn overlap_details(index: &TraceIndex, large: &[LargeOverlap]) -> Vec<OverlapDet
         .collect()
 }
 
-fn thread_name_event(index: &TraceIndex, pid: Key, tid: Key) -> String {
+fn thread_name_event(index: &TraceIndex, pid: Key, tid: KeyId) -> String {
+    let tid = index.keys.key(tid);
     format!(
         "{{\"ph\": \"M\", \"pid\": {}, \"tid\": {}, \"name\": \"thread_name\", \"args\": {{\"name\": {}}}}}",
         index.keys.to_json(pid),
@@ -185,45 +202,104 @@ fn thread_name_event(index: &TraceIndex, pid: Key, tid: Key) -> String {
     )
 }
 
-/// The JSON members to set on a tracked event, from what the passes decided.
-pub fn event_edits(index: &TraceIndex, i: usize, resolved: &HashMap<i64, Resolved>) -> EventEdits {
-    let e = &index.events[i];
-    let mut edits = EventEdits::default();
-    if let Some(tid) = e.edit.tid.filter(|t| *t != e.tid) {
-        edits.top.push(("tid", index.keys.to_json(tid)));
-    }
-    if let Some(ts) = e.edit.ts {
-        edits.top.push(("ts", ts.to_json()));
-    }
-    if let Some(node) = e.edit.recovered_node {
-        edits.args.push(("graph node id".into(), node.to_string()));
-    }
-    if let Some(r) = e.edit.annotation.and_then(|n| resolved.get(&n)) {
-        edits.args.extend(r.writes.iter().map(|(k, v)| (k.clone(), quote(v))));
-    }
-    if let Some(stream) = e.edit.args_stream {
-        edits.args.push(("stream".into(), stream.to_string()));
-    }
-    edits
+/// An annotation's writes as JSON text, made once per node.
+struct QuotedWrites {
+    writes: Vec<(String, String, String)>,
 }
 
-fn changes(index: &TraceIndex, spans: Vec<scan::Span>, resolved: &HashMap<i64, Resolved>) -> Vec<Change> {
-    let mut out = Vec::new();
-    for (i, (e, span)) in index.events.iter().zip(spans).enumerate() {
-        if !e.changes_output() {
-            continue;
-        }
-        if e.edit.removed {
-            out.push(Change::Remove { span, ordinal: e.ordinal as u64 });
-            continue;
-        }
-        let edits = event_edits(index, i, resolved);
-        out.push(Change::Replace {
-            span,
-            with: Box::new(move |bytes: &[u8]| edit::apply(bytes, &edits).unwrap_or_else(|| bytes.to_vec())),
-        });
+fn quoted(resolved: &HashMap<i64, Resolved>) -> HashMap<i64, QuotedWrites> {
+    resolved
+        .iter()
+        .map(|(&node, r)| (node, QuotedWrites { writes: r.writes.iter().map(|(k, v)| (k.clone(), quote(k), quote(v))).collect() }))
+        .collect()
+}
+
+/// Where a flow-finish event ends: its event's final lane and start.
+fn flow_place(index: &TraceIndex, f: &Flow) -> (KeyId, Option<Num>) {
+    if f.follows == NONE {
+        return (f.current_tid(), None);
     }
-    out
+    let target = &index.events[f.follows as usize];
+    (target.current_tid(), target.new_ts())
+}
+
+fn flow_changed(index: &TraceIndex, f: &Flow) -> bool {
+    let (tid, ts) = flow_place(index, f);
+    f.removed() || tid != f.tid || ts.is_some()
+}
+
+/// The elements to change, in input order: tracked events first numbered, then flows.
+fn changes<'a>(index: &'a TraceIndex, layout: &'a scan::Layout) -> impl Iterator<Item = Change> + 'a {
+    let events = index.events.iter().zip(&layout.event_spans).enumerate().filter(|(_, (e, _))| e.changed()).map(|(i, (e, span))| {
+        let action = if e.removed() { Action::Remove } else { Action::Replace { id: i } };
+        Change { span: *span, ordinal: e.ordinal as u64, action }
+    });
+    let n = index.events.len();
+    let flows = index.flows.iter().zip(&layout.flow_spans).enumerate().filter(|(_, (f, _))| flow_changed(index, f)).map(move |(j, (f, span))| {
+        let action = if f.removed() { Action::Remove } else { Action::Replace { id: n + j } };
+        Change { span: *span, ordinal: f.ordinal as u64, action }
+    });
+    merge_by_ordinal(events, flows)
+}
+
+fn merge_by_ordinal(a: impl Iterator<Item = Change>, b: impl Iterator<Item = Change>) -> impl Iterator<Item = Change> {
+    let mut a = a.peekable();
+    let mut b = b.peekable();
+    std::iter::from_fn(move || match (a.peek(), b.peek()) {
+        (Some(x), Some(y)) => {
+            if x.ordinal < y.ordinal {
+                a.next()
+            } else {
+                b.next()
+            }
+        }
+        (Some(_), None) => a.next(),
+        (None, _) => b.next(),
+    })
+}
+
+/// Write the edited form of tracked event (or flow) `id` into `out`.
+fn edit_element(
+    index: &TraceIndex,
+    layout: &scan::Layout,
+    writes: &HashMap<i64, QuotedWrites>,
+    editor: &mut Editor,
+    id: usize,
+    original: &[u8],
+    out: &mut Vec<u8>,
+) {
+    let (tid, ts, stream, node, annotation, places) = if id < index.events.len() {
+        let e = &index.events[id];
+        (e.moved_to(), e.new_ts(), e.new_stream(&index.keys), e.recovered_node(), e.annotation(), &layout.event_places[id])
+    } else {
+        let j = id - index.events.len();
+        let f = &index.flows[j];
+        let (tid, ts) = flow_place(index, f);
+        ((tid != f.tid).then_some(tid), ts, None, None, None, &layout.flow_places[j])
+    };
+    let tid_text = tid.map(|t| index.keys.to_json(index.keys.key(t)));
+    let ts_text = ts.map(Num::to_json);
+    let stream_text = stream.map(|s| s.to_string());
+    let node_text = node.map(|n| n.to_string());
+    let mut edits = EventEdits::default();
+    if let Some(t) = &tid_text {
+        edits.top.push(Set { key: "tid", quoted_key: "\"tid\"", value: t });
+    }
+    if let Some(t) = &ts_text {
+        edits.top.push(Set { key: "ts", quoted_key: "\"ts\"", value: t });
+    }
+    if let Some(n) = &node_text {
+        edits.args.push(Set { key: "graph node id", quoted_key: "\"graph node id\"", value: n });
+    }
+    if let Some(w) = annotation.and_then(|n| writes.get(&n)) {
+        edits.args.extend(w.writes.iter().map(|(k, qk, v)| Set { key: k, quoted_key: qk, value: v }));
+    }
+    if let Some(s) = &stream_text {
+        edits.args.push(Set { key: "stream", quoted_key: "\"stream\"", value: s });
+    }
+    if !edit::splice(original, places, &edits, out) && !editor.apply(original, &edits, out) {
+        out.extend_from_slice(original);
+    }
 }
 
 impl Report {

@@ -2,7 +2,9 @@
 //! `cudaGraphLaunch` correlation) are matched to a recorded graph by their kernels,
 //! then to its nodes in dependency order.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::annotations::{Annotations, GraphNode, NodeKind};
 use crate::trace::{Cat, Node, TraceIndex};
@@ -118,7 +120,7 @@ fn kind_of(cat: Cat) -> Option<NodeKind> {
 }
 
 fn signature(keys: impl Iterator<Item = u32>) -> Vec<(u32, u32)> {
-    let mut counts: HashMap<u32, u32> = HashMap::new();
+    let mut counts: HashMap<u32, u32> = HashMap::default();
     for k in keys {
         *counts.entry(k).or_default() += 1;
     }
@@ -157,7 +159,7 @@ struct Event {
     index: usize,
     full: u32,
     base: u32,
-    tid: crate::key::Key,
+    tid: crate::key::KeyId,
     grid_block: Option<[u32; 6]>,
 }
 
@@ -165,13 +167,13 @@ struct Event {
 fn assign(events: &[Event], plan: &Plan, tier: Tier, tied: &mut u64) -> Option<Vec<i64>> {
     let key = |full: u32, base: u32| if tier == Tier::Full { full } else { base };
     let mut waiting: Vec<usize> = plan.nodes.iter().map(|n| n.deps).collect();
-    let mut eligible: HashMap<u32, BTreeSet<usize>> = HashMap::new();
+    let mut eligible: HashMap<u32, BTreeSet<usize>> = HashMap::default();
     for (i, n) in plan.nodes.iter().enumerate() {
         if n.deps == 0 {
             eligible.entry(key(n.full, n.base)).or_default().insert(i);
         }
     }
-    let mut lane_of_node: Vec<Option<crate::key::Key>> = vec![None; plan.nodes.len()];
+    let mut lane_of_node: Vec<Option<crate::key::KeyId>> = vec![None; plan.nodes.len()];
     let mut deps_of: Vec<Vec<usize>> = vec![Vec::new(); plan.nodes.len()];
     for (i, n) in plan.nodes.iter().enumerate() {
         for &d in &n.dependents {
@@ -212,20 +214,24 @@ pub fn recover(index: &mut TraceIndex, annotations: &Annotations, mode: Recover)
     if mode == Recover::Never {
         return report;
     }
-    let mut replays: HashMap<i64, Vec<usize>> = HashMap::new();
-    let mut has_id: HashMap<i64, bool> = HashMap::new();
+    let candidate = |e: &crate::trace::Tracked| !e.odd() && kind_of(e.cat).is_some() && e.correlation().is_some_and(|c| index.graph_launches.contains(&c));
+    if mode == Recover::Auto && !index.events.iter().any(|e| e.node() == Node::Missing && candidate(e)) {
+        return report;
+    }
+    let mut replays: HashMap<i64, Vec<usize>> = HashMap::default();
+    let mut has_id: rustc_hash::FxHashSet<i64> = rustc_hash::FxHashSet::default();
     for (i, e) in index.events.iter().enumerate() {
-        let Some(c) = e.correlation else { continue };
-        if e.odd || kind_of(e.cat).is_none() || !index.graph_launches.contains(&c) {
+        if !candidate(e) {
             continue;
         }
+        let c = e.correlation().expect("candidates have one");
         replays.entry(c).or_default().push(i);
-        if matches!(e.node, Node::Id(_)) {
-            has_id.insert(c, true);
+        if e.node() != Node::Missing {
+            has_id.insert(c);
         }
     }
     if mode == Recover::Auto {
-        replays.retain(|c, _| !has_id.contains_key(c));
+        replays.retain(|c, _| !has_id.contains(c));
     }
     report.replays = replays.len() as u64;
     if replays.is_empty() {
@@ -240,15 +246,15 @@ pub fn recover(index: &mut TraceIndex, annotations: &Annotations, mode: Recover)
 
     let mut names = NameKeys::default();
     let plans: Vec<Plan> = annotations.graphs.values().map(|g| plan(g, &mut names)).collect();
-    let mut name_keys: HashMap<u32, (u32, u32)> = HashMap::new();
-    let mut decided: HashMap<[Vec<(u32, u32)>; 2], Result<(usize, Tier), bool>> = HashMap::new();
+    let mut name_keys: HashMap<u32, (u32, u32)> = HashMap::default();
+    let mut decided: HashMap<[Vec<(u32, u32)>; 2], Result<(usize, Tier), bool>> = HashMap::default();
     let mut correlations: Vec<i64> = replays.keys().copied().collect();
     correlations.sort_unstable();
 
     for c in correlations {
         let mut members = replays.remove(&c).expect("listed");
         members.sort_by(|&a, &b| {
-            let (x, y) = (index.events[a].ts.expect("not odd"), index.events[b].ts.expect("not odd"));
+            let (x, y) = (index.events[a].ts().expect("not odd"), index.events[b].ts().expect("not odd"));
             x.py_cmp(y).unwrap_or(std::cmp::Ordering::Equal).then(a.cmp(&b))
         });
         let events: Vec<Event> = members
@@ -261,7 +267,7 @@ pub fn recover(index: &mut TraceIndex, annotations: &Annotations, mode: Recover)
                     names.keys(kind, Some(name), false)
                 });
                 let (full, base) = if kind == NodeKind::Kernel { (full, base) } else { names.keys(kind, None, false) };
-                Event { index: i, full, base, tid: e.tid, grid_block: e.grid_block }
+                Event { index: i, full, base, tid: e.tid, grid_block: index.shape_of(e) }
             })
             .collect();
         let sig = [signature(events.iter().map(|e| e.full)), signature(events.iter().map(|e| e.base))];
@@ -293,7 +299,7 @@ pub fn recover(index: &mut TraceIndex, annotations: &Annotations, mode: Recover)
                 report.recovered_replays += 1;
                 report.recovered_events += ids.len() as u64;
                 for (ev, id) in events.iter().zip(ids) {
-                    index.events[ev.index].edit.recovered_node = Some(id);
+                    index.events[ev.index].set_recovered(id);
                 }
             }
             None => {

@@ -4,30 +4,43 @@
 use std::io::{self, Write};
 use std::path::Path;
 
-use crate::io::Chunks;
-use crate::scan::Layout;
+use crate::io::Window;
+use crate::scan::{Layout, Span};
 
-/// What happens to one element of `traceEvents`, in input order.
-pub enum Change {
-    Remove { span: crate::scan::Span, ordinal: u64 },
-    Replace { span: crate::scan::Span, with: Box<dyn FnOnce(&[u8]) -> Vec<u8>> },
+/// What happens to one element of `traceEvents`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    Remove,
+    /// Replace it with what the edit callback writes for `id`.
+    Replace { id: usize },
 }
 
-struct Window {
-    chunks: Chunks,
-    buf: Vec<u8>,
-    base: u64,
+#[derive(Clone, Copy, Debug)]
+pub struct Change {
+    pub span: Span,
+    /// Position in `traceEvents`.
+    pub ordinal: u64,
+    pub action: Action,
+}
+
+/// The input as pass two walks it: `done` is how far it has been written out.
+struct Cursor {
+    window: Window,
     done: u64,
 }
 
-impl Window {
+fn changed_under_us() -> io::Error {
+    io::Error::new(io::ErrorKind::UnexpectedEof, "the trace changed while it was being read")
+}
+
+impl Cursor {
+    /// Hold the input up to `upto`, keeping what is not yet written.
     fn ensure(&mut self, upto: u64) -> io::Result<()> {
-        while self.base + (self.buf.len() as u64) < upto {
-            let keep_from = (self.done - self.base) as usize;
-            self.buf.drain(..keep_from);
-            self.base = self.done;
-            if self.chunks.fill(&mut self.buf)? == 0 {
-                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the trace changed while it was being read"));
+        while self.window.end() < upto {
+            let written = (self.done - self.window.base) as usize;
+            self.window.consume(written);
+            if self.window.fill()? == 0 {
+                return Err(changed_under_us());
             }
         }
         Ok(())
@@ -36,17 +49,17 @@ impl Window {
     /// Write input bytes up to `upto` (absolute).
     fn copy_to(&mut self, out: &mut dyn Write, upto: u64) -> io::Result<()> {
         while self.done < upto {
-            let have_end = self.base + self.buf.len() as u64;
-            if self.done >= have_end {
-                self.buf.clear();
-                self.base = self.done;
-                if self.chunks.fill(&mut self.buf)? == 0 {
-                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the trace changed while it was being read"));
+            if self.done >= self.window.end() {
+                let all = self.window.bytes().len();
+                self.window.consume(all);
+                if self.window.fill()? == 0 {
+                    return Err(changed_under_us());
                 }
                 continue;
             }
-            let end = upto.min(have_end);
-            out.write_all(&self.buf[(self.done - self.base) as usize..(end - self.base) as usize])?;
+            let end = upto.min(self.window.end());
+            let base = self.window.base;
+            out.write_all(&self.window.bytes()[(self.done - base) as usize..(end - base) as usize])?;
             self.done = end;
         }
         Ok(())
@@ -60,47 +73,52 @@ impl Window {
 
     fn slice(&mut self, start: u64, end: u64) -> io::Result<&[u8]> {
         self.ensure(end)?;
-        Ok(&self.buf[(start - self.base) as usize..(end - self.base) as usize])
+        let base = self.window.base;
+        Ok(&self.window.bytes()[(start - base) as usize..(end - base) as usize])
     }
 }
 
-/// Rewrite `input` into `out`, applying `changes` (sorted by position) and appending
-/// `appended` events at the end of `traceEvents`.
+/// Rewrite `input` into `out`, applying `changes` (in input order; `edit(id, original,
+/// replacement)` writes each replacement) and appending `appended` events at the end
+/// of `traceEvents`.
 pub fn rewrite(
     input: &Path,
     layout: &Layout,
-    changes: Vec<Change>,
+    changes: impl Iterator<Item = Change>,
+    edit: &mut dyn FnMut(usize, &[u8], &mut Vec<u8>),
     appended: &[String],
     out: &mut dyn Write,
     progress: &mut dyn FnMut(u64, u64),
 ) -> io::Result<()> {
-    let chunks = Chunks::open(input)?;
-    let mut w = Window { chunks, buf: Vec::with_capacity(8 << 20), base: 0, done: 0 };
+    let mut replacement = Vec::with_capacity(4096);
+    let mut w = Cursor { window: Window::open(input)?, done: 0 };
     let mut removed: u64 = 0;
     let mut since_progress = 0u64;
     for change in changes {
-        match change {
-            Change::Replace { span, with } => {
+        let span = change.span;
+        match change.action {
+            Action::Replace { id } => {
                 w.copy_to(out, span.start)?;
-                let bytes = with(w.slice(span.start, span.end)?);
-                out.write_all(&bytes)?;
-                w.skip_to(span.end)?;
+                replacement.clear();
+                edit(id, w.slice(span.start, span.end())?, &mut replacement);
+                out.write_all(&replacement)?;
+                w.skip_to(span.end())?;
             }
-            Change::Remove { span, ordinal } => {
-                if removed == ordinal {
+            Action::Remove => {
+                if removed == change.ordinal {
                     // Nothing before it survives: drop it with the separator after it.
                     w.copy_to(out, span.start)?;
-                    w.skip_to(span.next_start)?;
+                    w.skip_to(span.next_start())?;
                 } else {
-                    w.copy_to(out, span.prev_end)?;
-                    w.skip_to(span.end)?;
+                    w.copy_to(out, span.prev_end())?;
+                    w.skip_to(span.end())?;
                 }
                 removed += 1;
             }
         }
         if w.done - since_progress > 64 << 20 {
             since_progress = w.done;
-            progress(w.chunks.file_position(), w.chunks.file_len);
+            progress(w.window.file_position(), w.window.file_len());
         }
     }
     if !appended.is_empty() {
@@ -111,6 +129,6 @@ pub fn rewrite(
         out.write_all(appended.join(", ").as_bytes())?;
     }
     w.copy_to(out, layout.total_len)?;
-    progress(w.chunks.file_position(), w.chunks.file_len);
+    progress(w.window.file_position(), w.window.file_len());
     Ok(())
 }

@@ -1,11 +1,13 @@
 //! The compact index of a trace: only the events a pass may change or whose lane
-//! matters, in the fields the passes read, plus the lanes of everything else.
+//! matters, in the fields the passes read, plus which lanes everything else uses.
 
-use std::collections::HashSet;
+use crate::key::{Key, KeyId, Keys, Num, Strings};
 
-use crate::key::{Key, Keys, Num, Strings};
+/// No id: a missing key, name, shape or link.
+pub const NONE: u32 = u32::MAX;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 pub enum Cat {
     Kernel,
     Memcpy,
@@ -35,6 +37,7 @@ impl Cat {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 pub enum Ph {
     Meta,
     FlowFinish,
@@ -89,15 +92,12 @@ impl Node {
     pub fn graphed(self) -> bool {
         !matches!(self, Node::Missing | Node::Zero)
     }
+}
 
-    pub fn from_key(key: Key) -> Node {
-        match key {
-            Key::None => Node::Null,
-            Key::Int(0) => Node::Zero,
-            Key::Int(i) => Node::Id(i),
-            _ => Node::Other,
-        }
-    }
+/// Whether the event needs more than its lane recorded: the scanner decodes the
+/// other fields only for these.
+pub fn is_tracked(cat: Cat, ph: Ph, node: Node) -> bool {
+    node != Node::Missing || cat.is_work() || cat == Cat::UserAnnotation || cat == Cat::Runtime || cat == Cat::Ac2g || ph == Ph::Meta
 }
 
 /// What an event says about itself, decoded from JSON or from a Python dict.
@@ -119,93 +119,247 @@ pub struct Observed<'a> {
     pub grid_block: Option<[u32; 6]>,
 }
 
-impl Default for Observed<'_> {
-    fn default() -> Self {
-        Observed {
-            ph: Ph::Other,
-            cat: Cat::Other,
-            name: None,
-            pid: None,
-            tid: Key::None,
-            ts: Field::Missing,
-            dur: Field::Missing,
-            args: Field::Missing,
-            node: Node::Missing,
-            args_stream: None,
-            args_name_is_stream: false,
-            correlation: None,
-            grid_block: None,
-        }
+const ODD: u16 = 1;
+const THREAD_NAME: u16 = 1 << 1;
+const STREAM_THREAD_NAME: u16 = 1 << 2;
+const REMOVED: u16 = 1 << 3;
+const ANNOTATED: u16 = 1 << 4;
+const TS_SET: u16 = 1 << 5;
+const TS_INT: u16 = 1 << 6;
+const DUR_INT: u16 = 1 << 7;
+const NEW_TS_SET: u16 = 1 << 8;
+const NEW_TS_INT: u16 = 1 << 9;
+const LANE_SET: u16 = 1 << 10;
+const RECOVERED: u16 = 1 << 11;
+const HAS_CORRELATION: u16 = 1 << 12;
+
+/// Integers up to this magnitude are kept exactly in an `f64`.
+const EXACT_INT: i64 = 1 << 53;
+
+/// A number as an `f64` plus whether it was an integer; `None` for integers too large
+/// to keep exactly.
+fn pack(n: Num) -> Option<(f64, bool)> {
+    match n {
+        Num::Float(f) => Some((f, false)),
+        Num::Int(i) if i.abs() <= EXACT_INT => Some((i as f64, true)),
+        Num::Int(_) => None,
     }
 }
 
-/// An event some pass may change, move, remove or name a lane after.
+fn unpack(value: f64, int: bool) -> Num {
+    if int {
+        Num::Int(value as i64)
+    } else {
+        Num::Float(value)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum NodeKind {
+    Missing,
+    Null,
+    Zero,
+    Id,
+    Other,
+}
+
+/// An event a pass may change, move, remove or name a lane after.
 #[derive(Clone, Debug)]
 pub struct Tracked {
     /// Position in `traceEvents`.
     pub ordinal: u32,
     pub cat: Cat,
     pub ph: Ph,
-    pub pid: Option<Key>,
-    pub tid: Key,
-    pub ts: Option<Num>,
-    pub dur: Num,
-    /// A field the passes need has a type they cannot use: leave the event alone.
-    pub odd: bool,
-    pub node: Node,
-    pub args_stream: Option<Key>,
-    pub thread_name: bool,
-    pub stream_thread_name: bool,
+    flags: u16,
+    node_kind: NodeKind,
+    /// `NONE` when the event has no `pid`.
+    pub pid: KeyId,
+    pub tid: KeyId,
+    /// `args["stream"]` as it was (`NONE` when absent).
+    pub args_stream: KeyId,
     pub name: u32,
-    pub correlation: Option<i64>,
-    pub grid_block: Option<[u32; 6]>,
-    pub edit: Edit,
-}
-
-/// What the passes decided for a tracked event.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Edit {
-    pub removed: bool,
-    pub tid: Option<Key>,
-    pub ts: Option<Num>,
-    pub args_stream: Option<i64>,
-    /// The node whose annotation the event carries.
-    pub annotation: Option<i64>,
-    /// A node id recovered for an event that had none.
-    pub recovered_node: Option<i64>,
-    /// For a flow-finish event: the tracked event whose final place it takes.
-    pub follows: Option<u32>,
+    /// Grid and block dimensions, by id in `TraceIndex::shapes`.
+    pub shape: u32,
+    new_tid: KeyId,
+    node: i64,
+    ts: f64,
+    dur: f64,
+    new_ts: f64,
+    correlation: i64,
 }
 
 impl Tracked {
-    pub fn current_tid(&self) -> Key {
-        self.edit.tid.unwrap_or(self.tid)
+    fn has(&self, flag: u16) -> bool {
+        self.flags & flag != 0
     }
 
-    pub fn current_ts(&self) -> Option<Num> {
-        self.edit.ts.or(self.ts)
+    pub fn odd(&self) -> bool {
+        self.has(ODD)
+    }
+
+    pub fn removed(&self) -> bool {
+        self.has(REMOVED)
+    }
+
+    pub fn remove(&mut self) {
+        self.flags |= REMOVED;
+    }
+
+    pub fn thread_name(&self) -> bool {
+        self.has(THREAD_NAME)
+    }
+
+    pub fn stream_thread_name(&self) -> bool {
+        self.has(STREAM_THREAD_NAME)
+    }
+
+    pub fn correlation(&self) -> Option<i64> {
+        self.has(HAS_CORRELATION).then_some(self.correlation)
+    }
+
+    /// `args["graph node id"]` as the trace has it.
+    pub fn node(&self) -> Node {
+        if self.has(RECOVERED) {
+            return Node::Missing;
+        }
+        self.current_node()
     }
 
     pub fn current_node(&self) -> Node {
-        match self.edit.recovered_node {
-            Some(id) => Node::Id(id),
-            None => self.node,
+        match self.node_kind {
+            NodeKind::Missing => Node::Missing,
+            NodeKind::Null => Node::Null,
+            NodeKind::Zero => Node::Zero,
+            NodeKind::Id => Node::Id(self.node),
+            NodeKind::Other => Node::Other,
         }
     }
 
-    pub fn is_flow_finish(&self) -> bool {
-        self.cat == Cat::Ac2g && self.ph == Ph::FlowFinish
+    pub fn ts(&self) -> Option<Num> {
+        self.has(TS_SET).then(|| unpack(self.ts, self.has(TS_INT)))
     }
 
-    /// Whether the edit changes anything that JSON would show.
-    pub fn changes_output(&self) -> bool {
-        let e = &self.edit;
-        e.removed
-            || e.annotation.is_some()
-            || e.recovered_node.is_some()
-            || e.tid.is_some_and(|t| t != self.tid)
-            || e.ts.is_some_and(|t| !self.ts.is_some_and(|old| same_num(old, t)))
-            || e.args_stream.is_some_and(|s| self.args_stream != Some(Key::Int(s)))
+    pub fn dur(&self) -> Num {
+        unpack(self.dur, self.has(DUR_INT))
+    }
+
+    pub fn current_tid(&self) -> KeyId {
+        if self.has(LANE_SET) {
+            self.new_tid
+        } else {
+            self.tid
+        }
+    }
+
+    /// The new lane, if a pass moved the event.
+    pub fn moved_to(&self) -> Option<KeyId> {
+        (self.has(LANE_SET) && self.new_tid != self.tid).then_some(self.new_tid)
+    }
+
+    /// The repaired timestamp, if a pass changed it.
+    pub fn new_ts(&self) -> Option<Num> {
+        self.has(NEW_TS_SET).then(|| unpack(self.new_ts, self.has(NEW_TS_INT)))
+    }
+
+    pub fn current_ts(&self) -> Option<Num> {
+        self.new_ts().or_else(|| self.ts())
+    }
+
+    pub fn recovered_node(&self) -> Option<i64> {
+        self.has(RECOVERED).then_some(self.node)
+    }
+
+    pub fn set_recovered(&mut self, node: i64) {
+        self.flags |= RECOVERED;
+        self.node_kind = NodeKind::Id;
+        self.node = node;
+    }
+
+    /// The node whose annotation the event carries.
+    pub fn annotation(&self) -> Option<i64> {
+        (self.has(ANNOTATED) && self.node_kind == NodeKind::Id).then_some(self.node)
+    }
+
+    pub fn set_annotated(&mut self) {
+        self.flags |= ANNOTATED;
+    }
+
+    /// Put the event on lane `lane` (the key of the integer stream id the caller knows),
+    /// with `args["stream"]` saying so.
+    pub fn set_lane(&mut self, lane: KeyId) {
+        self.flags |= LANE_SET;
+        self.new_tid = lane;
+    }
+
+    /// The `args["stream"]` a pass decided on.
+    pub fn new_stream(&self, keys: &Keys) -> Option<i64> {
+        if self.has(LANE_SET) {
+            keys.key(self.new_tid).as_int()
+        } else {
+            None
+        }
+    }
+
+    pub fn set_ts(&mut self, ts: Num) {
+        let (value, int) = pack(ts).unwrap_or((ts.as_f64(), false));
+        self.new_ts = value;
+        self.flags |= NEW_TS_SET;
+        if int {
+            self.flags |= NEW_TS_INT;
+        } else {
+            self.flags &= !NEW_TS_INT;
+        }
+    }
+
+    /// Whether the passes changed anything that the JSON would show.
+    pub fn changed(&self) -> bool {
+        self.removed()
+            || self.annotation().is_some()
+            || self.has(RECOVERED)
+            || self.moved_to().is_some()
+            || self.has(NEW_TS_SET)
+            || (self.has(LANE_SET) && self.args_stream != self.new_tid)
+    }
+}
+
+/// A flow-finish (`ac2g`, `ph: "f"`) event: where the arrow from a launch lands.
+#[derive(Clone, Debug)]
+pub struct Flow {
+    pub ordinal: u32,
+    pub pid: KeyId,
+    pub tid: KeyId,
+    /// The lane the reference moves it to.
+    pub new_tid: KeyId,
+    /// The tracked event whose final place it takes (cgfast's pipeline).
+    pub follows: u32,
+    ts: f64,
+    flags: u8,
+}
+
+const FLOW_REMOVED: u8 = 1;
+const FLOW_TS_SET: u8 = 2;
+const FLOW_TS_INT: u8 = 4;
+
+impl Flow {
+    pub fn ts(&self) -> Option<Num> {
+        (self.flags & FLOW_TS_SET != 0).then(|| unpack(self.ts, self.flags & FLOW_TS_INT != 0))
+    }
+
+    pub fn removed(&self) -> bool {
+        self.flags & FLOW_REMOVED != 0
+    }
+
+    pub fn remove(&mut self) {
+        self.flags |= FLOW_REMOVED;
+    }
+
+    pub fn current_tid(&self) -> KeyId {
+        if self.new_tid == NONE {
+            self.tid
+        } else {
+            self.new_tid
+        }
     }
 }
 
@@ -213,78 +367,153 @@ impl Tracked {
 #[derive(Default, Debug)]
 pub struct TraceIndex {
     pub events: Vec<Tracked>,
-    /// Lanes of the untracked events that are not metadata.
-    pub untracked_tids: HashSet<Key>,
+    pub flows: Vec<Flow>,
+    /// By key id: whether an untracked, non-metadata event sits on that lane.
+    pub untracked_lanes: Vec<bool>,
     /// Correlation ids of `cudaGraphLaunch` calls.
-    pub graph_launches: HashSet<i64>,
+    pub graph_launches: rustc_hash::FxHashSet<i64>,
     pub keys: Keys,
     pub names: Strings,
+    pub shapes: Vec<[u32; 6]>,
+    shape_ids: rustc_hash::FxHashMap<[u32; 6], u32>,
     pub event_count: u64,
 }
 
+/// What [`TraceIndex::observe`] kept of an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kept {
+    Event(usize),
+    Flow(usize),
+    Lane,
+}
+
 impl TraceIndex {
-    /// Record one event of `traceEvents`; returns the index of its tracked entry.
-    pub fn observe(&mut self, ordinal: u32, ev: &Observed<'_>) -> Option<usize> {
+    /// Note that an untracked event sits on `tid`.
+    pub fn use_lane(&mut self, tid: KeyId) {
+        let i = tid as usize;
+        if self.untracked_lanes.len() <= i {
+            self.untracked_lanes.resize(i + 1, false);
+        }
+        self.untracked_lanes[i] = true;
+    }
+
+    pub fn lane_used_by_untracked(&self, tid: KeyId) -> bool {
+        self.untracked_lanes.get(tid as usize).copied().unwrap_or(false)
+    }
+
+    /// Record one event of `traceEvents`.
+    pub fn observe(&mut self, ordinal: u32, ev: &Observed<'_>) -> Kept {
         self.event_count += 1;
         if ev.cat == Cat::Runtime && ev.name.is_some_and(is_graph_launch) {
             if let Some(c) = ev.correlation {
                 self.graph_launches.insert(c);
             }
         }
-        let tracked = ev.node != Node::Missing
-            || ev.cat.is_work()
-            || ev.cat == Cat::UserAnnotation
-            || (ev.cat == Cat::Ac2g && ev.ph == Ph::FlowFinish)
-            || ev.ph == Ph::Meta;
-        if !tracked {
-            self.untracked_tids.insert(ev.tid);
-            return None;
+        let tid = self.keys.id(ev.tid);
+        let pid = ev.pid.map_or(NONE, |p| self.keys.id(p));
+        let ts = ev.ts.value().and_then(pack);
+        if ev.cat == Cat::Ac2g && ev.ph == Ph::FlowFinish && ev.node == Node::Missing {
+            let (value, int) = ts.unwrap_or((0.0, false));
+            let flags = if ts.is_some() { FLOW_TS_SET | if int { FLOW_TS_INT } else { 0 } } else { 0 };
+            self.flows.push(Flow { ordinal, pid, tid, new_tid: NONE, follows: NONE, ts: value, flags });
+            return Kept::Flow(self.flows.len() - 1);
         }
-        let odd = ev.args == Field::Odd || ev.ts.value().is_none() || ev.dur == Field::Odd;
-        let thread_name = ev.ph == Ph::Meta && ev.name == Some("thread_name");
+        let tracked = ev.node != Node::Missing || ev.cat.is_work() || ev.cat == Cat::UserAnnotation || ev.ph == Ph::Meta;
+        if !tracked {
+            if ev.ph != Ph::Meta {
+                self.use_lane(tid);
+            }
+            return Kept::Lane;
+        }
+        let dur = match ev.dur {
+            Field::Missing => Some((0.0, true)),
+            Field::Value(d) => pack(d),
+            Field::Odd => None,
+        };
+        let mut flags = 0;
+        if ev.args == Field::Odd || ts.is_none() || dur.is_none() {
+            flags |= ODD;
+        }
+        if let Some((_, int)) = ts {
+            flags |= TS_SET | if int { TS_INT } else { 0 };
+        }
+        if dur.is_some_and(|(_, int)| int) {
+            flags |= DUR_INT;
+        }
+        if ev.ph == Ph::Meta && ev.name == Some("thread_name") {
+            flags |= THREAD_NAME;
+            if ev.args_name_is_stream {
+                flags |= STREAM_THREAD_NAME;
+            }
+        }
+        if ev.correlation.is_some() {
+            flags |= HAS_CORRELATION;
+        }
         let name = match ev.name {
             Some(n) if ev.cat.is_work() || ev.node != Node::Missing => self.names.intern(n),
-            _ => u32::MAX,
+            _ => NONE,
         };
+        let shape = match ev.grid_block {
+            Some(gb) => {
+                let next = self.shapes.len() as u32;
+                let id = *self.shape_ids.entry(gb).or_insert(next);
+                if id == next {
+                    self.shapes.push(gb);
+                }
+                id
+            }
+            None => NONE,
+        };
+        let (node_kind, node) = match ev.node {
+            Node::Missing => (NodeKind::Missing, 0),
+            Node::Null => (NodeKind::Null, 0),
+            Node::Zero => (NodeKind::Zero, 0),
+            Node::Id(i) => (NodeKind::Id, i),
+            Node::Other => (NodeKind::Other, 0),
+        };
+        let args_stream = ev.args_stream.map_or(NONE, |s| self.keys.id(s));
         self.events.push(Tracked {
             ordinal,
             cat: ev.cat,
             ph: ev.ph,
-            pid: ev.pid,
-            tid: ev.tid,
-            ts: ev.ts.value(),
-            dur: ev.dur.value().unwrap_or(Num::ZERO),
-            odd,
-            node: ev.node,
-            args_stream: ev.args_stream,
-            thread_name,
-            stream_thread_name: thread_name && ev.args_name_is_stream,
+            flags,
+            node_kind,
+            pid,
+            tid,
+            args_stream,
             name,
-            correlation: ev.correlation,
-            grid_block: ev.grid_block,
-            edit: Edit::default(),
+            shape,
+            new_tid: NONE,
+            node,
+            ts: ts.map_or(0.0, |t| t.0),
+            dur: dur.map_or(0.0, |d| d.0),
+            new_ts: 0.0,
+            correlation: ev.correlation.unwrap_or(0),
         });
-        Some(self.events.len() - 1)
+        Kept::Event(self.events.len() - 1)
     }
 
     pub fn name_of(&self, event: &Tracked) -> &str {
-        if event.name == u32::MAX {
+        if event.name == NONE {
             "?"
         } else {
             self.names.get(event.name)
         }
     }
-}
 
-/// Whether two numbers would be written the same way.
-fn same_num(a: Num, b: Num) -> bool {
-    match (a, b) {
-        (Num::Int(x), Num::Int(y)) => x == y,
-        (Num::Float(x), Num::Float(y)) => x.to_bits() == y.to_bits(),
-        _ => false,
+    pub fn shape_of(&self, event: &Tracked) -> Option<[u32; 6]> {
+        (event.shape != NONE).then(|| self.shapes[event.shape as usize])
     }
 }
 
 pub fn is_graph_launch(name: &str) -> bool {
     matches!(name, "cudaGraphLaunch" | "cudaGraphLaunch_v10000" | "cuGraphLaunch" | "cuGraphLaunch_ptsz" | "cudaGraphLaunch_ptsz")
+}
+
+#[cfg(test)]
+mod size_tests {
+    #[test]
+    fn sizes() {
+        eprintln!("Tracked {} Flow {} Span {} Places {}", std::mem::size_of::<super::Tracked>(), std::mem::size_of::<super::Flow>(), std::mem::size_of::<crate::scan::Span>(), std::mem::size_of::<crate::scan::Places>());
+    }
 }

@@ -5,7 +5,8 @@ use std::collections::HashMap;
 
 use cgfast_core::key::Key;
 use cgfast_core::passes::{self, AsksLane, FlowLink};
-use cgfast_core::trace::{Cat, Field, Node, Observed, Ph, TraceIndex};
+use cgfast_core::trace::{Cat, Field, Node, Observed, Ph, TraceIndex, NONE};
+use std::collections::HashSet;
 use pyo3::exceptions::{PyKeyError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
@@ -115,7 +116,7 @@ fn resolve<'py>(py: Python<'py>, index: &TraceIndex, annotations: &Bound<'py, Py
     let mut out = HashMap::new();
     let annotation_key = PyString::new(py, "annotation").into_any();
     for e in &index.events {
-        let Node::Id(node) = e.node else { continue };
+        let Node::Id(node) = e.node() else { continue };
         if out.contains_key(&node) || !annotations.contains(node)? {
             continue;
         }
@@ -155,32 +156,35 @@ pub fn annotate_trace(py: Python<'_>, trace: &Bound<'_, PyDict>, annotations: &B
     let mut index = index_of(&events)?;
     let resolved = resolve(py, &index, annotations)?;
     let outcome = passes::annotate(&mut index, &resolved, default_stream, FlowLink::AtTidTs);
+    let event_at = |ordinal: u32| -> PyResult<Bound<'_, PyDict>> { Ok(events.get_item(ordinal as usize)?.cast_into::<PyDict>()?) };
 
     for e in &index.events {
-        let Some(tid) = e.edit.tid else { continue };
-        let event = events.get_item(e.ordinal as usize)?.cast_into::<PyDict>()?;
+        let Some(stream) = e.new_stream(&index.keys) else { continue };
+        let event = event_at(e.ordinal)?;
         if let Some(args) = args_of(&event)? {
-            if let Some(r) = e.edit.annotation.and_then(|n| resolved.get(&n)) {
+            if let Some(r) = e.annotation().and_then(|n| resolved.get(&n)) {
                 for (k, v) in &r.writes {
                     args.set_item(k, v)?;
                 }
             }
-            if let Some(stream) = e.edit.args_stream {
-                args.set_item("stream", stream)?;
-            }
+            args.set_item("stream", stream)?;
         }
-        event.set_item("tid", key_to_py(py, tid, &index.keys)?)?;
+        event.set_item("tid", stream)?;
+    }
+    for f in index.flows.iter().filter(|f| f.new_tid != NONE) {
+        event_at(f.ordinal)?.set_item("tid", key_to_py(py, index.keys.key(f.new_tid), &index.keys)?)?;
     }
 
-    let removed: std::collections::HashSet<u32> = index.events.iter().filter(|e| e.edit.removed).map(|e| e.ordinal).collect();
-    let gpu_pid = index
-        .events
-        .iter()
-        .find(|e| !e.edit.removed && e.stream_thread_name)
-        .map(|e| events.get_item(e.ordinal as usize).and_then(|ev| Ok(ev.cast_into::<PyDict>()?.get_item("pid")?)))
-        .transpose()?
-        .flatten()
-        .map_or_else(|| 0i64.into_pyobject(py).map(|p| p.into_any()), Ok)?;
+    let mut removed: HashSet<u32> = index.events.iter().filter(|e| e.removed()).map(|e| e.ordinal).collect();
+    removed.extend(index.flows.iter().filter(|f| f.removed()).map(|f| f.ordinal));
+    let gpu_pid = match outcome.gpu_pid_event {
+        Some(i) => event_at(index.events[i].ordinal)?.get_item("pid")?,
+        None => None,
+    };
+    let gpu_pid = match gpu_pid {
+        Some(p) => p,
+        None => 0i64.into_pyobject(py)?.into_any(),
+    };
     let kept = PyList::empty(py);
     for (i, ev) in events.iter().enumerate() {
         if !removed.contains(&(i as u32)) {
@@ -188,7 +192,7 @@ pub fn annotate_trace(py: Python<'_>, trace: &Bound<'_, PyDict>, annotations: &B
         }
     }
     for &tid in &outcome.named_lanes {
-        let tid = key_to_py(py, tid, &index.keys)?;
+        let tid = key_to_py(py, index.keys.key(tid), &index.keys)?;
         let meta = PyDict::new(py);
         meta.set_item("ph", "M")?;
         meta.set_item("pid", &gpu_pid)?;
@@ -212,7 +216,7 @@ pub fn move_overlapping_to_stream(trace: &Bound<'_, PyDict>, default_stream: i64
     let events = events_of(trace)?;
     let mut index = index_of(&events)?;
     let moved = passes::move_overlapping(&mut index, default_stream, overlap_stream);
-    for e in index.events.iter().filter(|e| e.edit.tid.is_some()) {
+    for e in index.events.iter().filter(|e| e.new_stream(&index.keys).is_some()) {
         let event = events.get_item(e.ordinal as usize)?.cast_into::<PyDict>()?;
         event.set_item("tid", overlap_stream)?;
         if let Some(args) = args_of(&event)? {
@@ -229,7 +233,7 @@ pub fn fix_overlapping_timestamps(py: Python<'_>, trace: &Bound<'_, PyDict>, max
     let mut index = index_of(&events)?;
     let fixed = passes::fix_timestamps(&mut index, max_adjust_us);
     for e in &index.events {
-        if let Some(ts) = e.edit.ts {
+        if let Some(ts) = e.new_ts() {
             events.get_item(e.ordinal as usize)?.set_item("ts", num_to_py(py, ts)?)?;
         }
     }
@@ -245,7 +249,7 @@ pub fn fix_overlapping_timestamps(py: Python<'_>, trace: &Bound<'_, PyDict>, max
             format!(
                 "WARNING: large overlap {:.3}us on stream {} for {}, skipping adjustment",
                 large.overlap_us,
-                key_to_py(py, large.tid, &index.keys)?.str()?,
+                key_to_py(py, index.keys.key(large.tid), &index.keys)?.str()?,
                 name
             ),
         )?;
