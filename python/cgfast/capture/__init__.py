@@ -1,0 +1,122 @@
+"""Record which CUDA graph nodes each ``mark_kernels`` scope created during capture.
+
+Annotations are keyed by graph node id (``graph_id << 32 | local_id``) and, once a
+graph is instantiated, by its executable graph's id: the ``graph node id`` the profiler
+writes for every kernel, memcpy and memset of a replay. The trace processor
+(``cgfast.annotate_file`` / the ``cgfast`` CLI) joins them into traces.
+
+Typical use::
+
+    from cgfast import capture
+
+    with capture.graph(g):                      # torch.cuda.graph(g) that records
+        with capture.mark_kernels("attention"):
+            y = attn(x)
+    capture.save_annotations("annotations.json")
+
+or ``with capture.recording(): ...`` around code that captures by itself (Inductor's
+cudagraph trees, ``make_graphed_callables``, inference servers).
+
+Ids come from ``cudaGraphNodeGetToolsId`` (cuda-bindings, CUDA >= 13.1 drivers) or from
+CUPTI (``cuptiGetGraphNodeId``, CUDA 12.x and 13.0 drivers), chosen once on first use;
+graphs are walked through ctypes on ``libcuda.so.1``. Without a GPU or an id source
+every scope is a silent no-op and :func:`backend` says why.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
+
+from cgfast.capture._graphs import graph, install, recording, remap_to_exec_graph, uninstall
+from cgfast.capture._scopes import (
+    annotations_enabled,
+    disable_annotations,
+    enable_annotations,
+    lane_for,
+    mark_kernels,
+    mark_stream,
+)
+from cgfast.capture._state import state as _process_state
+
+__all__ = [
+    "annotations_enabled",
+    "backend",
+    "clear_kernel_annotations",
+    "disable_annotations",
+    "drop_graph_annotations",
+    "enable_annotations",
+    "get_graph_topology",
+    "get_kernel_annotations",
+    "graph",
+    "install",
+    "is_available",
+    "lane_for",
+    "load_annotations",
+    "mark_kernels",
+    "mark_stream",
+    "recording",
+    "remap_to_exec_graph",
+    "resolve_pending_annotations",
+    "save_annotations",
+    "uninstall",
+]
+
+
+def is_available() -> bool:
+    """Whether annotations can be recorded here (chooses the id source on first call)."""
+    return _process_state.backend() is not None
+
+
+def backend() -> str:
+    """The id source in use (``"tools-id: ..."`` or ``"cupti: <libcupti path>"``), or
+    ``"none: <why>"``."""
+    return _process_state.describe()
+
+
+def resolve_pending_annotations() -> None:
+    """Merge the scopes recorded so far into :func:`get_kernel_annotations`."""
+    _process_state.recorder.resolve()
+
+
+def get_kernel_annotations() -> Mapping[int, List[Dict[str, Any]]]:
+    """The live, read-only registry: node id -> list of annotation dicts."""
+    return _process_state.recorder.annotations
+
+
+def get_graph_topology() -> Dict[int, List[Dict[str, Any]]]:
+    """Per executable graph id, its kernel/memcpy/memset nodes in local-id order:
+    ``{"id", "type", "name", "deps", "grid", "block"}`` (a new dict on every call)."""
+    return _process_state.recorder.topology()
+
+
+def clear_kernel_annotations() -> None:
+    """Forget every recorded annotation, pending scope and graph topology."""
+    _process_state.recorder.clear()
+
+
+def drop_graph_annotations(graph_ids: Union[int, Iterable[int]]) -> None:
+    """Forget the annotations and topology of these (destroyed) graphs' ids."""
+    _process_state.recorder.drop_graphs([graph_ids] if isinstance(graph_ids, int) else graph_ids)
+
+
+def save_annotations(
+    path: "str | os.PathLike[str]",
+    annotations: Optional[Mapping[int, list]] = None,
+) -> None:
+    """Write annotations in the trace processor's format (gzip for ``.gz``), atomically.
+    Without ``annotations``, the recorded ones and the recorded graph topology."""
+    from cgfast import annotations as annotation_files
+
+    if annotations is None:
+        recorder = _process_state.recorder
+        annotation_files.save_annotations(path, dict(recorder.annotations), graphs=recorder.topology())
+    else:
+        annotation_files.save_annotations(path, annotations)
+
+
+def load_annotations(path: "str | os.PathLike[str]") -> Dict[int, list]:
+    """Read node id -> annotations from a cgfast JSON file (or a PyTorch pickle)."""
+    from cgfast import annotations as annotation_files
+
+    return annotation_files.load_annotations(path)

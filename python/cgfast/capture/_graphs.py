@@ -1,0 +1,313 @@
+"""Where a capture begins, ends and is instantiated: ``torch.cuda.CUDAGraph``'s methods.
+
+``install()`` wraps ``capture_begin`` (note the capture graph's id on the graph
+object), ``capture_end`` (resolve the scopes and record the topology while the capture
+graph is still alive: with ``keep_graph=False`` torch destroys it inside
+``capture_end``), and ``instantiate``/``replay`` (rekey to the executable graph; torch
+<= 2.14 instantiates ``keep_graph`` graphs inside ``replay`` without going through
+Python's ``instantiate``). Each graph object carries its own :class:`GraphKeys`, so
+remapping one graph never touches another's keys.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Optional
+
+from cgfast.capture._interface import Backend
+from cgfast.capture._state import state
+
+_KEYS_ATTR = "_cgfast_keys"
+_ORIGINALS_ATTR = "_cgfast_original_methods"
+_HOOKED_METHODS = ("capture_begin", "capture_end", "instantiate", "replay")
+_NEVER_CAPTURED = object()
+_INHERITED = object()
+
+
+class GraphKeys:
+    """The capture graph's id, and the graph id its annotations are keyed by now."""
+
+    __slots__ = ("capture_id", "key_id", "capture_graph")
+
+    def __init__(self, capture_id: int, capture_graph: Optional[int]) -> None:
+        self.capture_id = capture_id
+        self.key_id = capture_id
+        # the live cudaGraph_t until the capture has been resolved
+        self.capture_graph = capture_graph
+
+
+def on_capture_begin(cuda_graph: Any) -> None:
+    try:
+        setattr(cuda_graph, _KEYS_ATTR, None)  # captured; recorded only if stamped below
+        if not state.enabled:
+            return
+        backend = state.backend()
+        if backend is None:
+            return
+        stream = backend.streams.capturing_stream()
+        capture = backend.graphs.capture_state(stream) if stream is not None else None
+        if capture is None:
+            return
+        keys = GraphKeys(backend.ids.graph_id(capture.graph), capture.graph)
+    except Exception:
+        state.recorder.report_failure("reading the capture graph at capture begin")
+        return
+    setattr(cuda_graph, _KEYS_ATTR, keys)
+    state.recorder.capture_started(capture.graph)
+
+
+def on_capture_end(cuda_graph: Any) -> None:
+    """Before the capture ends."""
+    keys = getattr(cuda_graph, _KEYS_ATTR, None)
+    if keys is None:
+        return
+    try:
+        _finish_capture(state.backend(), keys)
+    except Exception:
+        state.recorder.report_failure("resolving scopes at capture end")
+
+
+def on_capture_failed(cuda_graph: Any) -> None:
+    keys = getattr(cuda_graph, _KEYS_ATTR, None)
+    if keys is not None:
+        state.recorder.drop_graphs([keys.key_id])
+        setattr(cuda_graph, _KEYS_ATTR, None)
+
+
+def on_instantiated(cuda_graph: Any) -> None:
+    keys = getattr(cuda_graph, _KEYS_ATTR, None)
+    if keys is None:
+        return
+    try:
+        _remap(state.backend(), cuda_graph, keys)
+    except Exception:
+        state.recorder.report_failure("remapping annotations to the executable graph")
+
+
+def _finish_capture(backend: Backend, keys: GraphKeys) -> None:
+    graph = keys.capture_graph
+    if graph is None:
+        return
+    keys.capture_graph = None
+    recorder = state.recorder
+    recorder.capture_ended(graph)
+    recorder.resolve()
+    try:
+        recorder.record_topology(backend, graph, keys.capture_id)
+    except Exception:
+        recorder.report_failure("recording the topology of a captured graph")
+
+
+def _remap(backend: Backend, cuda_graph: Any, keys: GraphKeys) -> None:
+    _finish_capture(backend, keys)  # when capture_end was bypassed (capture_end_pre/post)
+    state.recorder.resolve()
+    exec_id = backend.ids.exec_id(cuda_graph.raw_cuda_graph_exec())
+    if exec_id != keys.key_id:
+        state.recorder.rekey(keys.key_id, exec_id)
+        keys.key_id = exec_id
+
+
+def _has_exec(cuda_graph: Any) -> bool:
+    has_exec = getattr(cuda_graph, "_has_graph_exec", None)  # torch >= 2.15
+    if has_exec is not None:
+        return bool(has_exec)
+    try:
+        cuda_graph.raw_cuda_graph_exec()
+    except RuntimeError:  # keep_graph=True and not instantiated yet
+        return False
+    return True
+
+
+def _raw_graph(cuda_graph: Any) -> Optional[int]:
+    try:
+        raw = cuda_graph.raw_cuda_graph()
+    except (RuntimeError, AttributeError):
+        return None
+    return int(raw) or None
+
+
+def remap_to_exec_graph(cuda_graph: Any) -> None:
+    """Resolve pending scopes and rekey ``cuda_graph``'s annotations (and topology) from
+    wherever they are keyed now (its capture graph, or its previous instance) to its
+    current executable graph. The patched capture path does this by itself."""
+    if not hasattr(cuda_graph, "raw_cuda_graph_exec"):
+        raise TypeError(f"expected a torch.cuda.CUDAGraph, got {type(cuda_graph).__name__}")
+    state.recorder.resolve()
+    backend = state.backend()
+    if backend is None:
+        return
+    keys = getattr(cuda_graph, _KEYS_ATTR, _NEVER_CAPTURED)
+    if keys is _NEVER_CAPTURED:
+        raw = _raw_graph(cuda_graph)
+        if raw is None:
+            raise RuntimeError(
+                "this graph's capture id is unknown: capture it inside cgfast.capture.graph() "
+                "or recording(), or call cgfast.capture.install() before capturing "
+                "(or capture with keep_graph=True)"
+            )
+        keys = GraphKeys(backend.ids.graph_id(raw), raw)
+        setattr(cuda_graph, _KEYS_ATTR, keys)
+    if keys is None:
+        return  # captured while annotations were off
+    _remap(backend, cuda_graph, keys)
+
+
+# -- patching -------------------------------------------------------------------------
+
+
+def _wrapped(name: str, original):
+    if name == "capture_begin":
+
+        def capture_begin(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            state.capture_began()
+            on_capture_begin(self)
+
+        wrapper = capture_begin
+    elif name == "capture_end":
+
+        def capture_end(self, *args, **kwargs):
+            try:
+                on_capture_end(self)
+                original(self, *args, **kwargs)
+            except BaseException:
+                on_capture_failed(self)
+                raise
+            finally:
+                state.capture_over()
+            if getattr(self, _KEYS_ATTR, None) is not None and _has_exec(self):
+                on_instantiated(self)
+
+        wrapper = capture_end
+    elif name == "instantiate":
+
+        def instantiate(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            on_instantiated(self)
+
+        wrapper = instantiate
+    else:
+
+        def replay(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            keys = getattr(self, _KEYS_ATTR, None)
+            if keys is not None and keys.key_id == keys.capture_id:
+                on_instantiated(self)  # instantiated inside replay
+
+        wrapper = replay
+    return functools.wraps(original)(wrapper)
+
+
+def patch_class(cls: type) -> bool:
+    """Wrap ``cls``'s capture methods (idempotent). ``False`` when ``cls`` cannot capture."""
+    if _ORIGINALS_ATTR in cls.__dict__:
+        return True
+    if not all(hasattr(cls, name) for name in ("capture_begin", "capture_end", "raw_cuda_graph_exec")):
+        return False
+    originals = {}
+    for name in _HOOKED_METHODS:
+        if not hasattr(cls, name):
+            continue
+        originals[name] = cls.__dict__.get(name, _INHERITED)
+        setattr(cls, name, _wrapped(name, getattr(cls, name)))
+    setattr(cls, _ORIGINALS_ATTR, originals)
+    state.patched_classes += 1
+    return True
+
+
+def unpatch_class(cls: type) -> None:
+    originals = cls.__dict__.get(_ORIGINALS_ATTR)
+    if originals is None:
+        return
+    for name, original in originals.items():
+        if original is _INHERITED:
+            delattr(cls, name)
+        else:
+            setattr(cls, name, original)
+    delattr(cls, _ORIGINALS_ATTR)
+    state.patched_classes -= 1
+
+
+def _torch_graph_class() -> Optional[type]:
+    try:
+        import torch
+    except ImportError:
+        return None
+    return getattr(torch.cuda, "CUDAGraph", None)
+
+
+def install() -> bool:
+    """Patch ``torch.cuda.CUDAGraph`` so every capture made while annotations are enabled
+    (``torch.cuda.graph``, ``make_graphed_callables``, Inductor's cudagraph trees, the
+    graph wrappers of inference servers) is resolved at capture end and remapped after
+    each instantiation. Idempotent; ``False`` when torch cannot capture CUDA graphs.
+
+    While installed, the patched methods also count the captures in progress, and a
+    scope opened while none is skips asking the driver whether its stream captures:
+    scopes then record in captures made through ``torch.cuda.CUDAGraph`` (any of the
+    above), not in captures begun some other way or before ``install()``."""
+    cls = _torch_graph_class()
+    return cls is not None and patch_class(cls)
+
+
+def uninstall() -> None:
+    """Undo :func:`install` (idempotent)."""
+    cls = _torch_graph_class()
+    if cls is not None:
+        unpatch_class(cls)
+
+
+class recording:
+    """Enable annotations for the dynamic extent of the block (restoring the previous
+    state after) with :func:`install`'s patches active, so every capture inside is
+    recorded, resolved at capture end and remapped after instantiation. Nothing recorded
+    earlier is cleared; warm-up runs outside a capture record nothing."""
+
+    __slots__ = ("_previous",)
+
+    def __init__(self) -> None:
+        self._previous = []
+
+    def __enter__(self) -> "recording":
+        install()
+        self._previous.append(state.enabled)
+        state.enabled = True
+        state.backend()  # choose the id source now, before any capture is under way
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> bool:
+        state.enabled = self._previous.pop()
+        return False
+
+
+class graph:
+    """``torch.cuda.graph(...)`` (same arguments) with annotations recorded for this
+    capture: resolved and remapped when it ends, or at ``instantiate()`` for graphs
+    made with ``keep_graph=True``."""
+
+    def __init__(self, cuda_graph: Any, *args: Any, **kwargs: Any) -> None:
+        import torch
+
+        self._capture = torch.cuda.graph(cuda_graph, *args, **kwargs)
+        self._recording = recording()
+
+    def __enter__(self):
+        self._recording.__enter__()
+        try:
+            return self._capture.__enter__()
+        except BaseException:
+            self._recording.__exit__(None, None, None)
+            raise
+
+    def __exit__(self, exc_type, exc, traceback):
+        try:
+            return self._capture.__exit__(exc_type, exc, traceback)
+        finally:
+            self._recording.__exit__(None, None, None)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            capture = self.__dict__["_capture"]
+        except KeyError:
+            raise AttributeError(name) from None
+        return getattr(capture, name)

@@ -1,0 +1,256 @@
+"""Graph traversal through ctypes on the CUDA driver (``libcuda.so.1``).
+
+Chosen over cuda-bindings for traversal: it needs no extra package, works on every
+driver from CUDA 12.0 on, and costs one foreign call per query (cuda-bindings wraps
+every result in Python objects). Entry points are looked up by their versioned
+symbol names (``cuda.h`` maps ``cuStreamGetCaptureInfo`` to ``_v3`` and so on), falling
+back to the older version on drivers that lack the newer one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from contextlib import contextmanager
+from typing import Iterator, List, NamedTuple, Optional
+
+from cgfast.capture._interface import CaptureState, KernelLaunch
+
+_c_void_p = ctypes.c_void_p
+_c_size_t = ctypes.c_size_t
+_NODE_ARRAY = ctypes.POINTER(ctypes.c_void_p)
+
+CAPTURE_STATUS_ACTIVE = 1
+_EDGE_DATA_SIZE = 8  # sizeof(CUgraphEdgeData)
+
+
+class CudaError(RuntimeError):
+    def __init__(self, call: str, code: int, name: str) -> None:
+        super().__init__(f"{call} failed: {name} ({code})")
+        self.call = call
+        self.code = code
+        self.error_name = name
+
+
+class _KernelNodeParams(ctypes.Structure):
+    """``CUDA_KERNEL_NODE_PARAMS_v2``."""
+
+    _fields_ = [
+        ("func", ctypes.c_void_p),
+        ("gridDimX", ctypes.c_uint),
+        ("gridDimY", ctypes.c_uint),
+        ("gridDimZ", ctypes.c_uint),
+        ("blockDimX", ctypes.c_uint),
+        ("blockDimY", ctypes.c_uint),
+        ("blockDimZ", ctypes.c_uint),
+        ("sharedMemBytes", ctypes.c_uint),
+        ("kernelParams", ctypes.c_void_p),
+        ("extra", ctypes.c_void_p),
+        ("kern", ctypes.c_void_p),
+        ("ctx", ctypes.c_void_p),
+    ]
+
+
+class ProbeGraph(NamedTuple):
+    """A throwaway graph with one empty node, and its instance when one could be made."""
+
+    graph: int
+    node: int
+    graph_exec: Optional[int]
+
+
+def _function(lib: ctypes.CDLL, names: tuple, argtypes: list) -> tuple:
+    """The first of ``names`` the driver exports, with its argument types."""
+    for name in names:
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            continue
+        fn.argtypes = argtypes
+        fn.restype = ctypes.c_int
+        return name, fn
+    raise OSError(f"libcuda exports none of {', '.join(names)}")
+
+
+class LibcudaGraphs:
+    """:class:`~cgfast.capture._interface.GraphDriver` on the CUDA driver API."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self._lib = lib
+        size_p = ctypes.POINTER(_c_size_t)
+        self._error_name_fn = _function(lib, ("cuGetErrorName",), [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)])[1]
+        init = _function(lib, ("cuInit",), [ctypes.c_uint])[1]
+        self._check("cuInit", init(0))
+
+        self._capture_info_name, self._capture_info = _function(
+            lib,
+            ("cuStreamGetCaptureInfo_v3", "cuStreamGetCaptureInfo_v2"),
+            [_c_void_p, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_uint64),
+             ctypes.POINTER(_c_void_p), ctypes.POINTER(_NODE_ARRAY), ctypes.POINTER(_c_void_p), size_p],
+        )
+        if self._capture_info_name.endswith("_v2"):  # no edge-data argument
+            self._capture_info.argtypes = [a for i, a in enumerate(self._capture_info.argtypes) if i != 5]
+        self._root_nodes = _function(lib, ("cuGraphGetRootNodes",), [_c_void_p, _NODE_ARRAY, size_p])[1]
+        self._nodes = _function(lib, ("cuGraphGetNodes",), [_c_void_p, _NODE_ARRAY, size_p])[1]
+        edge_lists = [_c_void_p, _NODE_ARRAY, _c_void_p, size_p]
+        plain_lists = [_c_void_p, _NODE_ARRAY, size_p]
+        name, self._dependents = _function(lib, ("cuGraphNodeGetDependentNodes_v2", "cuGraphNodeGetDependentNodes"), edge_lists)
+        self._dependents_have_edges = name.endswith("_v2")
+        if not self._dependents_have_edges:
+            self._dependents.argtypes = plain_lists
+        name, self._dependencies = _function(lib, ("cuGraphNodeGetDependencies_v2", "cuGraphNodeGetDependencies"), edge_lists)
+        self._dependencies_have_edges = name.endswith("_v2")
+        if not self._dependencies_have_edges:
+            self._dependencies.argtypes = plain_lists
+        self._node_type = _function(lib, ("cuGraphNodeGetType",), [_c_void_p, ctypes.POINTER(ctypes.c_int)])[1]
+        self._kernel_params = _function(
+            lib, ("cuGraphKernelNodeGetParams_v2",), [_c_void_p, ctypes.POINTER(_KernelNodeParams)]
+        )[1]
+        name_out = [ctypes.POINTER(ctypes.c_char_p), _c_void_p]
+        self._function_name = self._optional("cuFuncGetName", name_out)
+        self._kernel_name = self._optional("cuKernelGetName", name_out)
+
+    @classmethod
+    def load(cls) -> "LibcudaGraphs":
+        return cls(ctypes.CDLL("libcuda.so.1"))
+
+    def _optional(self, name: str, argtypes: list):
+        try:
+            return _function(self._lib, (name,), argtypes)[1]
+        except OSError:
+            return None
+
+    def _check(self, call: str, code: int) -> None:
+        if code != 0:
+            name = ctypes.c_char_p()
+            if self._error_name_fn(code, ctypes.byref(name)) == 0 and name.value:
+                error_name = name.value.decode()
+            else:
+                error_name = "unknown error"
+            raise CudaError(call, code, error_name)
+
+    # -- GraphDriver ----------------------------------------------------------------
+
+    def capture_state(self, stream: int) -> Optional[CaptureState]:
+        status = ctypes.c_int()
+        capture_id = ctypes.c_uint64()
+        graph = _c_void_p()
+        deps = _NODE_ARRAY()
+        edges = _c_void_p()
+        count = _c_size_t()
+        if self._capture_info_name.endswith("_v3"):
+            code = self._capture_info(stream, ctypes.byref(status), ctypes.byref(capture_id), ctypes.byref(graph),
+                                      ctypes.byref(deps), ctypes.byref(edges), ctypes.byref(count))
+        else:
+            code = self._capture_info(stream, ctypes.byref(status), ctypes.byref(capture_id), ctypes.byref(graph),
+                                      ctypes.byref(deps), ctypes.byref(count))
+        self._check(self._capture_info_name, code)
+        if status.value != CAPTURE_STATUS_ACTIVE:
+            return None
+        return CaptureState(graph.value, [deps[i] for i in range(count.value)])
+
+    def root_nodes(self, graph: int) -> List[int]:
+        return self._graph_nodes("cuGraphGetRootNodes", self._root_nodes, graph)
+
+    def nodes(self, graph: int) -> List[int]:
+        return self._graph_nodes("cuGraphGetNodes", self._nodes, graph)
+
+    def dependents(self, node: int) -> List[int]:
+        return self._node_list("cuGraphNodeGetDependentNodes", self._dependents, self._dependents_have_edges, node)
+
+    def dependencies(self, node: int) -> List[int]:
+        return self._node_list("cuGraphNodeGetDependencies", self._dependencies, self._dependencies_have_edges, node)
+
+    def node_type(self, node: int) -> int:
+        node_type = ctypes.c_int()
+        self._check("cuGraphNodeGetType", self._node_type(node, ctypes.byref(node_type)))
+        return node_type.value
+
+    def kernel_launch(self, node: int) -> KernelLaunch:
+        params = _KernelNodeParams()
+        self._check("cuGraphKernelNodeGetParams", self._kernel_params(node, ctypes.byref(params)))
+        name = None
+        if params.func and self._function_name is not None:
+            name = self._name_of(self._function_name, params.func)
+        elif params.kern and self._kernel_name is not None:
+            name = self._name_of(self._kernel_name, params.kern)
+        return KernelLaunch(
+            name,
+            (params.gridDimX, params.gridDimY, params.gridDimZ),
+            (params.blockDimX, params.blockDimY, params.blockDimZ),
+        )
+
+    # -- helpers --------------------------------------------------------------------
+
+    @staticmethod
+    def _name_of(getter, handle: int) -> Optional[str]:
+        name = ctypes.c_char_p()
+        if getter(ctypes.byref(name), handle) != 0 or not name.value:
+            return None
+        return name.value.decode("utf-8", "replace")
+
+    def _graph_nodes(self, call: str, fn, graph: int) -> List[int]:
+        count = _c_size_t(0)
+        self._check(call, fn(graph, None, ctypes.byref(count)))
+        while count.value:
+            capacity = count.value
+            buffer = (_c_void_p * capacity)()
+            self._check(call, fn(graph, buffer, ctypes.byref(count)))
+            if count.value <= capacity:
+                return buffer[: count.value]
+        return []
+
+    def _node_list(self, call: str, fn, with_edges: bool, node: int) -> List[int]:
+        # Most nodes have a few edges: ask with a small buffer and grow only when it
+        # came back full (the driver fills at most the capacity it is given). Edge data
+        # is asked for too, else edges with non-default data fail as a lossy query.
+        capacity = 8
+        while True:
+            buffer = (_c_void_p * capacity)()
+            count = _c_size_t(capacity)
+            if with_edges:
+                edges = (ctypes.c_uint8 * (_EDGE_DATA_SIZE * capacity))()
+                code = fn(node, buffer, edges, ctypes.byref(count))
+            else:
+                code = fn(node, buffer, ctypes.byref(count))
+            self._check(call, code)
+            if count.value < capacity:
+                return buffer[: count.value]
+            capacity *= 4
+
+    # -- a graph to try the id sources on -------------------------------------------
+
+    @contextmanager
+    def probe_graph(self, device: int, instantiate: bool) -> Iterator[ProbeGraph]:
+        """A graph with one empty node (and, with ``instantiate``, its instance), made in
+        ``device``'s primary context and destroyed on exit."""
+        lib = self._lib
+        dev = ctypes.c_int()
+        self._check("cuDeviceGet", lib.cuDeviceGet(ctypes.byref(dev), ctypes.c_int(device)))
+        context = _c_void_p()
+        self._check("cuDevicePrimaryCtxRetain", lib.cuDevicePrimaryCtxRetain(ctypes.byref(context), dev))
+        graph = _c_void_p()
+        graph_exec = _c_void_p()
+        try:
+            self._check("cuCtxPushCurrent", lib.cuCtxPushCurrent_v2(context))
+            try:
+                self._check("cuGraphCreate", lib.cuGraphCreate(ctypes.byref(graph), ctypes.c_uint(0)))
+                node = _c_void_p()
+                self._check(
+                    "cuGraphAddEmptyNode",
+                    lib.cuGraphAddEmptyNode(ctypes.byref(node), graph, None, _c_size_t(0)),
+                )
+                if instantiate:
+                    self._check(
+                        "cuGraphInstantiateWithFlags",
+                        lib.cuGraphInstantiateWithFlags(ctypes.byref(graph_exec), graph, ctypes.c_ulonglong(0)),
+                    )
+                yield ProbeGraph(graph.value, node.value, graph_exec.value if instantiate else None)
+            finally:
+                if graph_exec.value:
+                    lib.cuGraphExecDestroy(graph_exec)
+                if graph.value:
+                    lib.cuGraphDestroy(graph)
+                popped = _c_void_p()
+                lib.cuCtxPopCurrent_v2(ctypes.byref(popped))
+        finally:
+            lib.cuDevicePrimaryCtxRelease_v2(dev)

@@ -1,0 +1,176 @@
+"""The scopes user and generated code open around launches.
+
+Both are small classes rather than generator context managers: Inductor's generated
+code calls ``__enter__``/``__exit__`` by hand around each launch, and the disabled path
+must cost next to nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Dict, Hashable, Union
+
+from cgfast.capture._state import state
+
+AnnotationLike = Union[str, Dict[str, Any]]
+
+FIRST_LANE = 60
+_lanes: Dict[Hashable, int] = {}
+_lanes_lock = threading.Lock()
+
+
+def _as_annotation(annotation: AnnotationLike) -> Dict[str, Any]:
+    if type(annotation) is str:
+        return {"name": annotation}
+    if isinstance(annotation, dict):
+        return annotation
+    raise TypeError(f"an annotation is a str or a dict, not {type(annotation).__name__}")
+
+
+class mark_kernels:
+    """Record ``annotation`` (a dict, or a string recorded as ``{"name": s}``) for every
+    kernel, memcpy and memset node the current stream's capture adds inside the scope.
+
+    Outside a capture, while annotations are disabled, or without a backend it does
+    nothing. Scopes nest: a node in several scopes gets one dict in which the innermost
+    scope wins on common keys.
+    """
+
+    __slots__ = ("_annotation", "_start", "_backend")
+
+    def __init__(self, annotation: AnnotationLike) -> None:
+        self._annotation = _as_annotation(annotation)
+        self._start = None
+        self._backend = None
+
+    def __enter__(self) -> "mark_kernels":
+        if not state.enabled or state.no_capture_in_progress():
+            return self
+        backend = state.backend()
+        if backend is None:
+            return self
+        if self._start is not None:
+            raise RuntimeError("this mark_kernels scope is already open; make one per scope")
+        stream = backend.streams.capturing_stream()
+        if stream is None:
+            return self
+        try:
+            self._start = state.recorder.begin_scope(backend, stream)
+        except Exception:
+            state.recorder.report_failure("reading the capture state at mark_kernels entry")
+            return self
+        if self._start is not None:
+            self._backend = backend
+            # Snapshot: the caller may reuse or change its dict after the scope.
+            self._annotation = dict(self._annotation)
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> bool:
+        start = self._start
+        if start is None:
+            return False
+        backend, self._start, self._backend = self._backend, None, None
+        if exc_type is not None:
+            return False  # the capture is failing; what it added is not worth keying
+        try:
+            state.recorder.end_scope(backend, start, self._annotation)
+        except Exception:
+            state.recorder.report_failure("walking the nodes a mark_kernels scope added")
+        return False
+
+
+class mark_stream:
+    """Run the scope on ``stream`` and record ``annotation`` with ``"stream": <lane>``,
+    a small stable id for that stream (see :func:`lane_for`). When ``stream`` is already
+    current there is no switch and no ``"stream"`` key.
+
+    The scope's nodes are found from ``stream``'s own capture frontier when it already
+    takes part in the capture, else from the current stream's, which the side stream's
+    first work forks from (``stream.wait_stream(current)`` before or inside the scope).
+    """
+
+    __slots__ = ("_stream", "_annotation", "_scope", "_switch")
+
+    def __init__(self, stream: Any, annotation: AnnotationLike) -> None:
+        self._stream = stream
+        self._annotation = _as_annotation(annotation)
+        self._scope = None
+        self._switch = None
+
+    def __enter__(self) -> "mark_stream":
+        streams = state.streams()
+        backend = state.backend() if state.enabled else None
+        if backend is None:
+            self._switch = streams.use(self._stream)
+            self._switch.__enter__()
+            return self
+        target = streams.handle(self._stream)
+        if target == streams.current_stream():
+            self._scope = mark_kernels(self._annotation)
+            self._scope.__enter__()
+            return self
+        self._scope = mark_kernels({**self._annotation, "stream": _lane(("cuda stream", target))})
+        self._switch = streams.use(self._stream)
+        if _takes_part_in_a_capture(backend, target):
+            # Its work hangs off its own frontier: open the scope there.
+            self._switch.__enter__()
+            self._scope.__enter__()
+            return self
+        # It will fork from the current stream: open the scope on the current stream's
+        # frontier, which the side stream's first work will depend on.
+        self._scope.__enter__()
+        try:
+            self._switch.__enter__()
+        except BaseException:
+            self._scope.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> bool:
+        switch, scope = self._switch, self._scope
+        self._switch = self._scope = None
+        try:
+            if switch is not None:
+                switch.__exit__(exc_type, exc, traceback)
+        finally:
+            if scope is not None:
+                scope.__exit__(exc_type, exc, traceback)
+        return False
+
+
+def _takes_part_in_a_capture(backend, stream: int) -> bool:
+    if backend.streams.capturing_stream() is None:
+        return False  # no capture on the current stream: the scope records nothing anyway
+    try:
+        return backend.graphs.capture_state(stream) is not None
+    except Exception:
+        state.recorder.report_failure("reading a side stream's capture state")
+        return False
+
+
+def lane_for(key: Hashable) -> int:
+    """A small stable lane id (from 60 up) for ``key``, e.g. a process group's name; CUDA
+    streams passed to :class:`mark_stream` draw from the same counter."""
+    return _lane(("key", key))
+
+
+def _lane(key: Hashable) -> int:
+    lane = _lanes.get(key)
+    if lane is None:
+        with _lanes_lock:
+            lane = _lanes.setdefault(key, FIRST_LANE + len(_lanes))
+    return lane
+
+
+def enable_annotations() -> None:
+    """Record annotations from now on (and choose the id source, if not done yet)."""
+    state.enabled = True
+    state.backend()
+
+
+def disable_annotations() -> None:
+    state.enabled = False
+
+
+def annotations_enabled() -> bool:
+    return state.enabled
