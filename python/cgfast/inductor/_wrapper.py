@@ -1,0 +1,172 @@
+"""Python wrapper codegen that brackets every kernel launch with ``mark_kernels``.
+
+With ``triton.cudagraph_kernel_annotations`` on, each launch line is written as::
+
+    _annotation_ctx = _mark_kernels({'name': 'relu', 'module': 'layers.0'})
+    _annotation_ctx.__enter__()
+    <the launch line(s)>
+    _annotation_ctx.__exit__(None, None, None)
+
+Generated kernels (Triton, C++, templates) go through ``generate_kernel_call``;
+extern and fallback kernels through the ``generate_*`` entry points named in
+``EXTERN_ENTRY_POINTS``, which receive their IR node, and the two in
+``CURRENT_NODE_ENTRY_POINTS``, which do not and take the scheduler's current node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import Any, Callable, Optional
+
+from torch._inductor import config
+from torch._inductor.codegen.wrapper import (
+    PythonWrapperCodegen,
+    SubgraphPythonWrapperCodegen,
+)
+from torch._inductor.virtualized import V
+
+from cgfast.inductor._annotations import Annotation, origins_of
+
+log = logging.getLogger(__name__)
+
+IMPORT_LINE = "from cgfast.capture import mark_kernels as _mark_kernels"
+
+EXTERN_ENTRY_POINTS = (
+    "generate_extern_kernel_out",
+    "generate_extern_kernel_alloc",
+    "generate_fallback_kernel",
+    "generate_scatter_fallback",
+    "generate_index_put_fallback",
+)
+# Only in some torch versions; bracketed where the base class has it.
+OPTIONAL_EXTERN_ENTRY_POINTS = ("generate_extern_kernel_multi_out",)
+CURRENT_NODE_ENTRY_POINTS = (
+    "generate_fallback_kernel_with_runtime_lookup",
+    "codegen_device_copy",
+)
+
+
+def annotations_enabled() -> bool:
+    return bool(config.triton.cudagraph_kernel_annotations)
+
+
+def _scheduled_operations(cpu_batch: bool) -> list[Any]:
+    """IR operations of the kernel being launched. The C++ backend batches nodes and
+    launches at flush, when its kernel group holds them and the scheduler's current
+    node is already a later one."""
+    scheduler = getattr(V.graph, "scheduler", None)
+    if scheduler is None:
+        return []
+    if cpu_batch:
+        for backend in scheduler.backends.values():
+            group = getattr(backend, "kernel_group", None)
+            batched = getattr(group, "scheduled_nodes", None)
+            if batched:
+                return [n.node for n in batched if n.node is not None]
+    current = scheduler.current_node
+    if current is None:
+        return []
+    return [n.node for n in current.get_nodes() if n.node is not None]
+
+
+def _current_extern() -> Any:
+    """The IR node of the extern kernel the scheduler is generating."""
+    return V.graph.scheduler.current_node.node
+
+
+class _LaunchBrackets:
+    """Mixin for ``PythonWrapperCodegen`` and its subgraph variant."""
+
+    _bracket_open = False
+
+    @contextlib.contextmanager
+    def _bracket(
+        self, annotation: Callable[[], Annotation], fallback_name: str
+    ) -> Iterator[None]:
+        # A launch nested in another (a fallback emitting a kernel call) shares its bracket.
+        if self._bracket_open or not annotations_enabled():
+            yield
+            return
+        try:
+            label = annotation()
+        except Exception:  # a label is not worth failing the user's compile over
+            log.warning("cgfast.inductor: could not label %s", fallback_name, exc_info=True)
+            label = {"name": fallback_name}
+        self._root_wrapper().add_import_once(IMPORT_LINE)
+        self.writeline(f"_annotation_ctx = _mark_kernels({label!r})")
+        self.writeline("_annotation_ctx.__enter__()")
+        self._bracket_open = True
+        try:
+            yield
+        finally:
+            self._bracket_open = False
+        self.writeline("_annotation_ctx.__exit__(None, None, None)")
+
+    def _root_wrapper(self) -> Any:
+        wrapper: Any = self
+        while isinstance(wrapper, SubgraphPythonWrapperCodegen):
+            wrapper = wrapper.parent_wrapper
+        return wrapper
+
+    def generate_kernel_call(self, kernel_name: str, *args: Any, **kwargs: Any) -> Any:
+        cpu_batch = not kwargs.get("triton", True)
+
+        def annotation() -> Annotation:
+            operations = _scheduled_operations(cpu_batch)
+            return origins_of(V.graph).kernel(operations, kernel_name)
+
+        with self._bracket(annotation, kernel_name):
+            return super().generate_kernel_call(kernel_name, *args, **kwargs)  # type: ignore[misc]
+
+
+def _bracketing_extern(name: str) -> Callable[..., Any]:
+    def bracketed(self: Any, node: Any, *args: Any, **kwargs: Any) -> Any:
+        fallback_name = str(getattr(node, "python_kernel_name", None) or name)
+        with self._bracket(lambda: origins_of(V.graph).extern(node), fallback_name):
+            return getattr(super(_LaunchBrackets, self), name)(node, *args, **kwargs)
+
+    bracketed.__name__ = bracketed.__qualname__ = name
+    return bracketed
+
+
+def _bracketing_current_extern(name: str) -> Callable[..., Any]:
+    def bracketed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with self._bracket(lambda: origins_of(V.graph).extern(_current_extern()), name):
+            return getattr(super(_LaunchBrackets, self), name)(*args, **kwargs)
+
+    bracketed.__name__ = bracketed.__qualname__ = name
+    return bracketed
+
+
+for _name in EXTERN_ENTRY_POINTS + OPTIONAL_EXTERN_ENTRY_POINTS:
+    if hasattr(PythonWrapperCodegen, _name):
+        setattr(_LaunchBrackets, _name, _bracketing_extern(_name))
+for _name in CURRENT_NODE_ENTRY_POINTS:
+    setattr(_LaunchBrackets, _name, _bracketing_current_extern(_name))
+
+
+class AnnotatingPythonWrapperCodegen(_LaunchBrackets, PythonWrapperCodegen):
+    """The Python wrapper with launch brackets."""
+
+    @staticmethod
+    def create(
+        is_subgraph: bool,
+        subgraph_name: Optional[str],
+        parent_wrapper: Optional[PythonWrapperCodegen],
+        partition_signatures: Any = None,
+    ) -> PythonWrapperCodegen:
+        # torch's create() names both classes itself; graph partitions, which hold all
+        # cudagraphed code by default, are subgraph wrappers.
+        if is_subgraph:
+            if subgraph_name is None or parent_wrapper is None:
+                raise AssertionError("a subgraph wrapper needs a name and a parent")
+            return AnnotatingSubgraphPythonWrapperCodegen(
+                subgraph_name, parent_wrapper, partition_signatures
+            )
+        return AnnotatingPythonWrapperCodegen()
+
+
+class AnnotatingSubgraphPythonWrapperCodegen(_LaunchBrackets, SubgraphPythonWrapperCodegen):
+    """The subgraph (and graph partition) wrapper with launch brackets."""
