@@ -11,30 +11,40 @@ real overlaps. Standard library only.
     python bench/gen_trace.py out.json --target-mb 200 [--gzip] [--seed 0]
 
 writes ``out.json`` (or ``out.json.gz``) and ``kernel_annotations_rank0_1.{json,pkl}``
-beside it.
+beside it (the JSON, with the graphs' topology, is written by cgfast, so it must be
+importable).
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
-import json
 import pickle
 import random
 from pathlib import Path
 
-KERNEL_NAMES = [
-    "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul> >(int, at::native::AUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul>)",
-    "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float, false>(int, float, float const*, float const*, float const*, float*, float*, float*)",
-    "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize64x64x8_stage3_warpsize1x4x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas",
-    "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas",
-    "void (anonymous namespace)::softmax_warp_forward<float, float, float, 7, false, false>(float*, float const*, int, int, int, bool const*, int, bool)",
-    "void at::native::reduce_kernel<128, 4, at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, unsigned int, float, 4, 4> >(at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, unsigned int, float, 4, 4>)",
-    "triton_poi_fused_add_native_layer_norm_0",
-    "triton_red_fused__softmax_1",
-    "triton_per_fused_gelu_mul_2",
-    "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::CUDAFunctor_add<float> >(at::TensorIteratorBase&, at::native::CUDAFunctor_add<float> const&)::{lambda(int)#1}>(int, at::native::gpu_kernel_impl_nocast<at::native::CUDAFunctor_add<float> >(at::TensorIteratorBase&, at::native::CUDAFunctor_add<float> const&)::{lambda(int)#1})",
+# (the profiler's demangled name, the driver's name of the same kernel)
+KERNELS = [
+    (
+        "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::AbsFunctor<float> >(at::TensorIteratorBase&, at::native::AbsFunctor<float> const&)::{lambda(int)#1}>(int, at::native::gpu_kernel_impl_nocast<at::native::AbsFunctor<float> >(at::TensorIteratorBase&, at::native::AbsFunctor<float> const&)::{lambda(int)#1})",
+        "_ZN2at6native18elementwise_kernelILi128ELi2EZNS0_22gpu_kernel_impl_nocastINS0_10AbsFunctorIfEEEEvRNS_18TensorIteratorBaseERKT_EUliE_EEviT1_",
+    ),
+    (
+        "void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl<at::native::AbsFunctor<int> >(at::TensorIteratorBase&, at::native::AbsFunctor<int> const&)::{lambda(int)#1}>(int, at::native::gpu_kernel_impl<at::native::AbsFunctor<int> >(at::TensorIteratorBase&, at::native::AbsFunctor<int> const&)::{lambda(int)#1})",
+        "_ZN2at6native18elementwise_kernelILi128ELi4EZNS0_15gpu_kernel_implINS0_10AbsFunctorIiEEEEvRNS_18TensorIteratorBaseERKT_EUliE_EEviT1_",
+    ),
+    (
+        "void at::native::(anonymous namespace)::linalg_eig_make_complex_eigenvectors_kernel<float>(c10::complex<float>*, c10::complex<float> const*, float const*, long, long, long)",
+        "_ZN2at6native63_GLOBAL__N__730121c9_24_BatchLinearAlgebraEig_cu_e5d96c45_4494243linalg_eig_make_complex_eigenvectors_kernelIfEEvPN3c107complexIT_EEPKS6_PKS5_lll",
+    ),
+    ("at::native::(anonymous namespace)::add_kernel(float const*, float*, int)", "_ZN2at6native12_GLOBAL__N_110add_kernelEPKfPfi"),
+    ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize64x64x8_stage3_warpsize1x4x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas",) * 2,
+    ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas",) * 2,
+    ("triton_poi_fused_add_native_layer_norm_0",) * 2,
+    ("triton_red_fused__softmax_1",) * 2,
+    ("triton_per_fused_gelu_mul_2",) * 2,
 ]
+KERNEL_NAMES = [profiler for profiler, _driver in KERNELS]
 MEMCPY = "Memcpy DtoD (Device -> Device)"
 MEMSET = "Memset (Device)"
 MODULES = ["attention.wq", "attention.wk", "attention.wv", "attention.wo", "ffn.w1", "ffn.w2", "norm1", "norm2"]
@@ -49,20 +59,48 @@ def us(ns: int) -> str:
     return f"{ns // 1000}.{ns % 1000:03d}"
 
 
+class Node:
+    def __init__(self, node_id: int, local: int, rng: random.Random) -> None:
+        self.id = node_id
+        r = rng.random()
+        self.cat = "kernel" if r < 0.9 else ("gpu_memcpy" if r < 0.95 else "gpu_memset")
+        self.name, self.driver_name = rng.choice(KERNELS) if self.cat == "kernel" else (MEMCPY if self.cat == "gpu_memcpy" else MEMSET, None)
+        self.lane = SIDE if rng.random() < 0.2 else MAIN
+        self.dur = rng.randint(2_000, 60_000)
+        self.grid = [rng.choice((1, 8, 132)), 1, 1]
+        self.block = [rng.choice((128, 256, 512)), 1, 1]
+        self.deps: list[int] = []
+
+
 class Graph:
     def __init__(self, exec_id: int, nodes: int, rng: random.Random) -> None:
         self.exec_id = exec_id
-        self.nodes = []
-        for local in range(nodes):
-            r = rng.random()
-            cat = "kernel" if r < 0.9 else ("gpu_memcpy" if r < 0.95 else "gpu_memset")
-            name = rng.choice(KERNEL_NAMES) if cat == "kernel" else (MEMCPY if cat == "gpu_memcpy" else MEMSET)
-            lane = SIDE if rng.random() < 0.2 else MAIN
-            self.nodes.append((exec_id << 32 | local, cat, name, lane, rng.randint(2_000, 60_000)))
+        self.nodes = [Node(exec_id << 32 | local, local, rng) for local in range(nodes)]
+        last_on: dict[int, int] = {}
+        for node in self.nodes:  # each stream is a chain
+            if node.lane in last_on:
+                node.deps.append(last_on[node.lane])
+            last_on[node.lane] = node.id
+
+    def topology(self) -> list[dict]:
+        """The graph as ``cgfast.capture.get_graph_topology()`` reports it."""
+        kinds = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+        return [
+            {
+                "id": n.id,
+                "type": kinds[n.cat],
+                "name": n.driver_name,
+                "deps": n.deps,
+                "grid": n.grid if n.cat == "kernel" else None,
+                "block": n.block if n.cat == "kernel" else None,
+            }
+            for n in self.nodes
+        ]
 
     def annotations(self, rng: random.Random) -> dict[int, list]:
         out: dict[int, list] = {}
-        for i, (node_id, _cat, _name, lane, _dur) in enumerate(self.nodes):
+        for i, n in enumerate(self.nodes):
+            node_id, lane = n.id, n.lane
             layer = i * 12 // len(self.nodes)
             module = MODULES[i % len(MODULES)]
             items: list = [{"name": f"layers.{layer}.{module}", "module": f"layers.{layer}.{module}"}]
@@ -77,7 +115,7 @@ class Graph:
         return out
 
 
-def replay_events(graph: Graph, correlation: int, start_ns: int, rng: random.Random, out: list[str]) -> int:
+def replay_events(graph: Graph, correlation: int, start_ns: int, rng: random.Random, out: list[str], node_ids: bool = True) -> int:
     """Append the CPU and GPU events of one replay; returns where the next one starts."""
     launch_ns = start_ns
     out.append(
@@ -90,31 +128,35 @@ def replay_events(graph: Graph, correlation: int, start_ns: int, rng: random.Ran
     )
     out.append(f'{{"ph": "s", "id": {correlation}, "pid": {PID_CPU}, "tid": {TID_CPU}, "ts": {us(launch_ns)}, "cat": "ac2g", "name": "ac2g"}}')
     lane_end = {MAIN: launch_ns + 30_000, SIDE: launch_ns + 30_000}
+    lane_start = dict(lane_end)
     first_ns = lane_end[MAIN]
-    for node_id, cat, name, lane, dur in graph.nodes:
+    for node in graph.nodes:
+        lane, dur = node.lane, node.dur
         r = rng.random()
         if r < 0.08:
             gap = -rng.randint(10, 900)  # CUPTI jitter: a sub-microsecond overlap
         elif r < 0.09:
-            gap = -rng.randint(2_000, min(dur, 20_000) if dur > 2_000 else 2_001)  # a real overlap
+            gap = -rng.randint(2_000, 20_000)  # a real overlap
         else:
             gap = rng.randint(100, 3_000)
-        ts = max(lane_end[lane] + gap, first_ns)
-        extra = ""
-        if cat == "kernel":
+        # A node never starts before the one it depends on (the previous on its stream).
+        ts = max(lane_end[lane] + gap, lane_start[lane] + 1_000, first_ns)
+        if node.cat == "kernel":
             extra = (
                 f'"registers per thread": {rng.choice((32, 128, 255))}, "shared memory": 0, "blocks per SM": 0.969697, '
-                f'"warps per SM": 3.878788, "grid": [{rng.choice((1, 8, 132))}, 1, 1], "block": [{rng.choice((128, 256, 512))}, 1, 1], '
-                f'"est. achieved occupancy %": 6, '
+                f'"warps per SM": 3.878788, "grid": {node.grid}, "block": {node.block}, '
+                f'"est. achieved occupancy %": 6'
             )
         else:
-            extra = f'"bytes": {rng.choice((4096, 1048576))}, "memory bandwidth (GB/s)": 512.5, '
+            extra = f'"bytes": {rng.choice((4096, 1048576))}, "memory bandwidth (GB/s)": 512.5'
+        node_id = f', "graph node id": {node.id}' if node_ids else ""
         out.append(
-            f'{{"ph": "X", "cat": "{cat}", "name": "{name}", "pid": 0, "tid": {lane}, "ts": {us(ts)}, "dur": {us(dur)}, '
+            f'{{"ph": "X", "cat": "{node.cat}", "name": "{node.name}", "pid": 0, "tid": {lane}, "ts": {us(ts)}, "dur": {us(dur)}, '
             f'"args": {{"External id": {correlation}, "queued": 0, "device": 0, "context": 1, "stream": {lane}, '
-            f'"correlation": {correlation}, {extra}"graph node id": {node_id}}}}}'
+            f'"correlation": {correlation}, {extra}{node_id}}}}}'
         )
         out.append(f'{{"ph": "f", "id": {correlation}, "pid": 0, "tid": {lane}, "ts": {us(ts)}, "cat": "ac2g", "name": "ac2g", "bp": "e"}}')
+        lane_start[lane] = ts
         lane_end[lane] = max(lane_end[lane], ts + dur)
     end_ns = max(lane_end.values())
     for lane in (MAIN, SIDE) + IDLE:
@@ -127,8 +169,9 @@ def replay_events(graph: Graph, correlation: int, start_ns: int, rng: random.Ran
     return end_ns + rng.randint(5_000, 50_000)
 
 
-def eager_kernel(correlation: int, start_ns: int, out: list[str]) -> int:
+def eager_kernel(correlation: int, start_ns: int, out: list[str], node_ids: bool = True) -> int:
     """An eager (not graphed) launch: the profiler writes graph node id 0."""
+    node_id = ', "graph node id": 0' if node_ids else ""
     out.append(
         f'{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": {PID_CPU}, "tid": {TID_CPU}, '
         f'"ts": {us(start_ns)}, "dur": {us(4_000)}, "args": {{"cbid": 211, "correlation": {correlation}}}}}'
@@ -136,7 +179,7 @@ def eager_kernel(correlation: int, start_ns: int, out: list[str]) -> int:
     out.append(
         f'{{"ph": "X", "cat": "kernel", "name": "{KERNEL_NAMES[0]}", "pid": 0, "tid": {MAIN}, "ts": {us(start_ns + 6_000)}, '
         f'"dur": {us(3_000)}, "args": {{"queued": 0, "device": 0, "context": 1, "stream": {MAIN}, "correlation": {correlation}, '
-        f'"grid": [1, 1, 1], "block": [128, 1, 1], "graph node id": 0}}}}'
+        f'"grid": [1, 1, 1], "block": [128, 1, 1]{node_id}}}}}'
     )
     return start_ns + 12_000
 
@@ -163,13 +206,16 @@ HEADER = (
 FOOTER = '\n], "traceName": "synthetic.pt.trace.json"}\n'
 
 
-def generate(path: Path, target_mb: float, graphs: int = 3, nodes: int = 200, seed: int = 0) -> dict[int, list]:
-    """Write the trace to ``path`` (gzipped for ``.gz``); returns its annotations."""
+def generate(path: Path, target_mb: float, graphs: int = 3, nodes: int = 200, seed: int = 0, node_ids: bool = True) -> tuple[dict[int, list], dict[int, list]]:
+    """Write the trace to ``path`` (gzipped for ``.gz``); returns its annotations and
+    the topology of its graphs. Without ``node_ids`` the profiler wrote no ``graph
+    node id`` (torch <= 2.12), the rest is the same for the same seed."""
     rng = random.Random(seed)
     recorded = [Graph(2 * (g + 1), nodes, rng) for g in range(graphs)]
     annotations: dict[int, list] = {}
     for g in recorded:
         annotations.update(g.annotations(rng))
+    topology = {g.exec_id: g.topology() for g in recorded}
     target = int(target_mb * 1e6)
     opener = gzip.open if path.name.endswith(".gz") else open
     written = 0
@@ -182,9 +228,9 @@ def generate(path: Path, target_mb: float, graphs: int = 3, nodes: int = 200, se
             chunk: list[str] = []
             for _ in range(20):
                 if rng.random() < 0.1:
-                    t = eager_kernel(correlation, t, chunk)
+                    t = eager_kernel(correlation, t, chunk, node_ids)
                 else:
-                    t = replay_events(rng.choice(recorded), correlation, t, rng, chunk)
+                    t = replay_events(rng.choice(recorded), correlation, t, rng, chunk, node_ids)
                 correlation += 1
             text = ",\n".join(chunk)
             f.write(text if first else ",\n" + text)
@@ -192,13 +238,17 @@ def generate(path: Path, target_mb: float, graphs: int = 3, nodes: int = 200, se
             written += len(text) + 2
         f.write(",\n" + ",\n".join(metadata()))
         f.write(FOOTER)
-    return annotations
+    return annotations, topology
 
 
-def write_annotations(directory: Path, annotations: dict[int, list]) -> tuple[Path, Path]:
+def write_annotations(directory: Path, annotations: dict[int, list], topology: dict[int, list] | None = None) -> tuple[Path, Path]:
+    """``kernel_annotations_rank0_1.json`` (cgfast's format, with the topology, written
+    by cgfast) and ``.pkl`` (as PyTorch pickles them, for the reference)."""
+    from cgfast.annotations import save_annotations
+
     json_path = directory / "kernel_annotations_rank0_1.json"
     pkl_path = directory / "kernel_annotations_rank0_1.pkl"
-    json_path.write_text(json.dumps({"format": "cgfast-annotations", "version": 1, "annotations": {str(k): v for k, v in annotations.items()}}))
+    save_annotations(json_path, annotations, graphs=topology)
     with open(pkl_path, "wb") as f:
         pickle.dump(annotations, f)
     return json_path, pkl_path
@@ -211,9 +261,10 @@ def main() -> None:
     p.add_argument("--graphs", type=int, default=3)
     p.add_argument("--nodes", type=int, default=200, help="nodes per graph")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-node-ids", action="store_true", help="write no graph node id (like torch <= 2.12); the annotations keep the topology")
     a = p.parse_args()
-    annotations = generate(a.output, a.target_mb, a.graphs, a.nodes, a.seed)
-    write_annotations(a.output.parent, annotations)
+    annotations, topology = generate(a.output, a.target_mb, a.graphs, a.nodes, a.seed, node_ids=not a.no_node_ids)
+    write_annotations(a.output.parent, annotations, topology)
 
 
 if __name__ == "__main__":

@@ -149,6 +149,7 @@ def test_mark_stream_switches_and_records_a_lane(fake):
     assert annotations_of(g, [s2]) == [[{"name": "side again", "stream": side_lane}]]
     assert annotations_of(g, [m]) == [[{"name": "already current"}]]
     assert annotation == {"name": "copy-in"}, "the caller's dict must not change"
+    assert capture.lane_for(side) == side_lane and capture.lane_for(other) == other_lane
 
 
 def test_mark_stream_switches_streams_even_when_disabled(fake):

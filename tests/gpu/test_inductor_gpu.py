@@ -249,7 +249,7 @@ def test_training_step_records_forward_and_backward(model):
         recorded = []
         for _ in range(3):  # warm-up, recording, replay
             torch.compiler.cudagraph_mark_step_begin()
-            optimizer.zero_grad(set_to_none=False)
+            optimizer.zero_grad(set_to_none=True)
             compiled(x).square().mean().backward()
             optimizer.step()
             recorded.append(len(capture.get_kernel_annotations()))

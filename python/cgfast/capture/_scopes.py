@@ -149,8 +149,10 @@ def _takes_part_in_a_capture(backend, stream: int) -> bool:
 
 
 def lane_for(key: Hashable) -> int:
-    """A small stable lane id (from 60 up) for ``key``, e.g. a process group's name; CUDA
-    streams passed to :class:`mark_stream` draw from the same counter."""
+    """A small stable lane id (from 60 up) for ``key``, e.g. a process group's name. A
+    CUDA stream gets the lane :class:`mark_stream` gives it."""
+    if hasattr(key, "cuda_stream"):
+        return _lane(("cuda stream", state.streams().handle(key)))
     return _lane(("key", key))
 
 

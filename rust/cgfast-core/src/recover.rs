@@ -72,27 +72,50 @@ impl NameKeys {
     }
 
     /// (full, base) keys of a kernel name, mangled or not; memcpy/memset by kind.
-    fn keys(&mut self, kind: NodeKind, name: Option<&str>, mangled: bool) -> (u32, u32) {
+    fn keys(&mut self, kind: NodeKind, name: Option<&str>) -> (u32, u32) {
         let name = match kind {
             NodeKind::Kernel => name.unwrap_or(""),
             NodeKind::Memcpy => "<memcpy>",
             NodeKind::Memset => "<memset>",
         };
-        let readable = if mangled { demangle(name) } else { name.to_string() };
-        let full: String = readable.chars().filter(|c| !c.is_whitespace()).collect();
-        let base = base_name(&readable);
-        (self.id(full), self.id(format!("base:{base}")))
+        let readable = demangle(name);
+        (self.id(canonical(&readable)), self.id(format!("base:{}", base_name(&readable))))
     }
 }
 
+/// A mangled name demangled without return types (cpp_demangle prints nested ones
+/// that the profiler's demangler leaves out); other names as they are.
 fn demangle(name: &str) -> String {
     if !name.starts_with("_Z") {
         return name.to_string();
     }
+    let options = cpp_demangle::DemangleOptions::new().no_return_type();
     cpp_demangle::Symbol::new(name)
         .ok()
-        .and_then(|s| s.demangle().ok())
+        .and_then(|s| s.demangle_with_options(&options).ok())
         .unwrap_or_else(|| name.to_string())
+}
+
+/// What the profiler's and cpp_demangle's spellings of one kernel have in common: no
+/// leading return type, no white space, and no `const` or `&` (which the two demanglers
+/// place differently on lambda types).
+fn canonical(readable: &str) -> String {
+    let body = readable.trim_start().strip_prefix("void ").unwrap_or(readable.trim_start());
+    let mut out = String::with_capacity(body.len());
+    let mut rest = body;
+    while let Some(at) = rest.find("const") {
+        let (before, after) = rest.split_at(at);
+        let word_start = before.chars().next_back().is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
+        let word_end = after[5..].chars().next().is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
+        out.push_str(before);
+        if !(word_start && word_end) {
+            out.push_str("const");
+        }
+        rest = &after[5..];
+    }
+    out.push_str(rest);
+    out.retain(|c| !c.is_whitespace() && c != '&');
+    out
 }
 
 /// `void ns::kernel<T>(args)` -> `ns::kernel`.
@@ -107,7 +130,18 @@ fn base_name(readable: &str) -> String {
         }
     };
     let head = &readable[..end];
-    head.rsplit(' ').next().unwrap_or(head).to_string()
+    // The return type ends at the last space outside parentheses.
+    let mut depth = 0i32;
+    let mut start = 0;
+    for (i, c) in head.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ' ' if depth == 0 => start = i + 1,
+            _ => {}
+        }
+    }
+    head[start..].to_string()
 }
 
 fn kind_of(cat: Cat) -> Option<NodeKind> {
@@ -134,7 +168,7 @@ fn plan(nodes: &[GraphNode], names: &mut NameKeys) -> Plan {
     let mut plan_nodes: Vec<PlanNode> = nodes
         .iter()
         .map(|n| {
-            let (full, base) = names.keys(n.kind, n.name.as_deref(), true);
+            let (full, base) = names.keys(n.kind, n.name.as_deref());
             let grid_block = match (n.grid, n.block) {
                 (Some([a, b, c]), Some([d, e, f])) => Some([a, b, c, d, e, f]),
                 _ => None,
@@ -246,7 +280,7 @@ pub fn recover(index: &mut TraceIndex, annotations: &Annotations, mode: Recover)
 
     let mut names = NameKeys::default();
     let plans: Vec<Plan> = annotations.graphs.values().map(|g| plan(g, &mut names)).collect();
-    let mut name_keys: HashMap<u32, (u32, u32)> = HashMap::default();
+    let mut name_keys: HashMap<(u32, u8), (u32, u32)> = HashMap::default();
     let mut decided: HashMap<[Vec<(u32, u32)>; 2], Result<(usize, Tier), bool>> = HashMap::default();
     let mut correlations: Vec<i64> = replays.keys().copied().collect();
     correlations.sort_unstable();
@@ -262,11 +296,10 @@ pub fn recover(index: &mut TraceIndex, annotations: &Annotations, mode: Recover)
             .map(|&i| {
                 let e = &index.events[i];
                 let kind = kind_of(e.cat).expect("work");
-                let (full, base) = *name_keys.entry(e.name).or_insert_with(|| {
+                let (full, base) = *name_keys.entry((e.name, kind.code())).or_insert_with(|| {
                     let name = if e.name == u32::MAX { "" } else { index.names.get(e.name) };
-                    names.keys(kind, Some(name), false)
+                    names.keys(kind, Some(name))
                 });
-                let (full, base) = if kind == NodeKind::Kernel { (full, base) } else { names.keys(kind, None, false) };
                 Event { index: i, full, base, tid: e.tid, grid_block: index.shape_of(e) }
             })
             .collect();
@@ -309,4 +342,33 @@ pub fn recover(index: &mut TraceIndex, annotations: &Annotations, mode: Recover)
         }
     }
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PAIRS: [(&str, &str); 3] = [
+        (
+            "_ZN2at6native18elementwise_kernelILi128ELi2EZNS0_22gpu_kernel_impl_nocastINS0_10AbsFunctorIfEEEEvRNS_18TensorIteratorBaseERKT_EUliE_EEviT1_",
+            "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::AbsFunctor<float> >(at::TensorIteratorBase&, at::native::AbsFunctor<float> const&)::{lambda(int)#1}>(int, at::native::gpu_kernel_impl_nocast<at::native::AbsFunctor<float> >(at::TensorIteratorBase&, at::native::AbsFunctor<float> const&)::{lambda(int)#1})",
+        ),
+        (
+            "_ZN2at6native18elementwise_kernelILi128ELi2EZNS0_22gpu_kernel_impl_nocastIZZZNS0_10glu_kernelERNS_18TensorIteratorBaseEENKUlvE_clEvENKUlvE0_clEvEUlffE_EEvS4_RKT_EUliE_EEviT1_",
+            "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::glu_kernel(at::TensorIteratorBase&)::{lambda()#1}::operator()() const::{lambda()#2}::operator()() const::{lambda(float, float)#1}>(at::TensorIteratorBase&, at::native::glu_kernel(at::TensorIteratorBase&)::{lambda()#1}::operator()() const::{lambda()#2}::operator()() const::{lambda(float, float)#1} const&)::{lambda(int)#1}>(int, at::native::gpu_kernel_impl_nocast<at::native::glu_kernel(at::TensorIteratorBase&)::{lambda()#1}::operator()() const::{lambda()#2}::operator()() const::{lambda(float, float)#1}>(at::TensorIteratorBase&, at::native::glu_kernel(at::TensorIteratorBase&)::{lambda()#1}::operator()() const::{lambda()#2}::operator()() const::{lambda(float, float)#1} const&)::{lambda(int)#1})",
+        ),
+        ("_ZN2at6native12_GLOBAL__N_110add_kernelEPKfPfi", "at::native::(anonymous namespace)::add_kernel(float const*, float*, int)"),
+    ];
+
+    #[test]
+    fn driver_and_profiler_names_meet() {
+        let mut keys = NameKeys::default();
+        for (mangled, profiler) in PAIRS {
+            assert_eq!(keys.keys(NodeKind::Kernel, Some(mangled)), keys.keys(NodeKind::Kernel, Some(profiler)), "{profiler}");
+        }
+        assert_ne!(keys.keys(NodeKind::Kernel, Some(PAIRS[0].0)), keys.keys(NodeKind::Kernel, Some(PAIRS[1].0)));
+        assert_eq!(keys.keys(NodeKind::Kernel, Some("triton_poi_fused_add_0")), keys.keys(NodeKind::Kernel, Some("triton_poi_fused_add_0")));
+        assert_eq!(base_name("void at::native::(anonymous namespace)::k<int>(int)"), "at::native::(anonymous namespace)::k");
+        assert_eq!(canonical("void f(Foo const&, constant_t)"), "f(Foo,constant_t)");
+    }
 }
