@@ -15,6 +15,22 @@ use flate2::{Compress, Compression, FlushCompress, Status};
 pub const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 const CHUNK: usize = 4 << 20;
 
+/// How many threads to use: `CGFAST_THREADS`, else one per core.
+pub fn threads() -> usize {
+    std::env::var("CGFAST_THREADS")
+        .ok()
+        .and_then(|t| t.parse::<usize>().ok())
+        .filter(|&t| t > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// Whether the file starts with gzip's magic bytes.
+pub fn is_gzip_file(path: &Path) -> io::Result<bool> {
+    let mut magic = [0u8; 2];
+    let n = read_full(&mut File::open(path)?, &mut magic)?;
+    Ok(n == 2 && magic == GZIP_MAGIC)
+}
+
 pub fn is_gzip_path(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "gz")
 }
@@ -47,18 +63,23 @@ enum Source {
 }
 
 impl Chunks {
-    fn open(path: &Path) -> io::Result<Chunks> {
-        let mut file = File::open(path)?;
-        let meta = file.metadata()?;
+    /// The input from decompressed offset `start` (only 0 for gzip).
+    fn open(path: &Path, start: u64) -> io::Result<Chunks> {
+        let meta = std::fs::metadata(path)?;
         if meta.is_dir() {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "is a directory"));
         }
-        let mut magic = [0u8; 2];
-        let n = read_full(&mut file, &mut magic)?;
-        let gzip = n == 2 && magic == GZIP_MAGIC;
-        drop(file);
+        let gzip = is_gzip_file(path)?;
+        if gzip && start != 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "a gzip stream is read from its start"));
+        }
         let read = Arc::new(AtomicU64::new(0));
-        let file = Counted { inner: File::open(path)?, count: read.clone() };
+        let mut inner = File::open(path)?;
+        if start != 0 {
+            use std::io::{Seek, SeekFrom};
+            inner.seek(SeekFrom::Start(start))?;
+        }
+        let file = Counted { inner, count: read.clone() };
         let source = if gzip {
             let (tx, rx) = sync_channel(4);
             let handle = std::thread::spawn(move || inflate_into(MultiGzDecoder::new(io::BufReader::with_capacity(1 << 20, file)), tx));
@@ -87,7 +108,12 @@ pub struct Window {
 
 impl Window {
     pub fn open(path: &Path) -> io::Result<Window> {
-        Ok(Window { chunks: Chunks::open(path)?, data: vec![0; 2 * CHUNK], filled: 0, base: 0 })
+        Self::open_at(path, 0)
+    }
+
+    /// The input from (decompressed) offset `start`.
+    pub fn open_at(path: &Path, start: u64) -> io::Result<Window> {
+        Ok(Window { chunks: Chunks::open(path, start)?, data: vec![0; 2 * CHUNK], filled: 0, base: start })
     }
 
     pub fn bytes(&self) -> &[u8] {
@@ -296,7 +322,7 @@ pub struct ParallelGz {
 
 impl ParallelGz {
     pub fn new(file: File, level: u32) -> ParallelGz {
-        let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+        let threads = threads();
         let (job_tx, job_rx) = sync_channel::<Block>(threads * 2);
         let (done_tx, done_rx) = sync_channel::<Compressed>(threads * 2);
         let job_rx = Arc::new(Mutex::new(job_rx));

@@ -231,6 +231,16 @@ impl Keys {
         id
     }
 
+    /// The id here of key `id` of another table.
+    pub fn import(&mut self, other: &Keys, id: KeyId) -> KeyId {
+        let key = match other.key(id) {
+            Key::Str(s) => self.string(other.strings.get(s)),
+            Key::Unique(_) => self.unique(),
+            key => key,
+        };
+        self.id(key)
+    }
+
     pub fn key(&self, id: KeyId) -> Key {
         self.by_id[id as usize]
     }

@@ -57,14 +57,17 @@ pub struct Report {
     pub flows_moved: u64,
     pub lanes_named: u64,
     pub recovery: Recovery,
+    /// Size of the input file.
     pub input_bytes: u64,
+    /// Size of its JSON (decompressed).
+    pub json_bytes: u64,
     pub seconds: f64,
 }
 
 impl Report {
     pub fn mb_per_s(&self) -> f64 {
         if self.seconds > 0.0 {
-            self.input_bytes as f64 / 1e6 / self.seconds
+            self.json_bytes as f64 / 1e6 / self.seconds
         } else {
             0.0
         }
@@ -146,6 +149,7 @@ pub fn annotate_file(
         lanes_named: annotated.named_lanes.len() as u64,
         recovery,
         input_bytes: std::fs::metadata(input).map(|m| m.len()).unwrap_or(0),
+        json_bytes: layout.total_len,
         seconds: 0.0,
     };
 
@@ -332,6 +336,7 @@ impl Report {
                 "no_topology": r.no_topology,
             },
             "input_bytes": self.input_bytes,
+            "json_bytes": self.json_bytes,
             "seconds": self.seconds,
             "mb_per_s": self.mb_per_s(),
         });

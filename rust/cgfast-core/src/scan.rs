@@ -60,6 +60,17 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// Add the layout of the segment after this one.
+    fn append(&mut self, next: Layout) {
+        self.event_spans.extend(next.event_spans);
+        self.flow_spans.extend(next.flow_spans);
+        self.event_places.extend(next.event_places);
+        self.flow_places.extend(next.flow_places);
+        self.elements += next.elements;
+        self.array_close = next.array_close;
+        self.total_len = next.total_len;
+    }
+
     fn set_next_start(&mut self, kept: Kept, next: u64) {
         match kept {
             Kept::Event(i) => self.event_spans[i].set_next_start(next),
@@ -433,154 +444,307 @@ fn places(raw: &Raw, start: usize, end: usize) -> Places {
     }
 }
 
-/// Read the whole trace once. `progress(file_bytes_read, file_len)` is called per chunk;
-/// `write_keys` are the keys annotations will write (see [`WriteKeys`]).
-pub fn scan(path: &Path, write_keys: &WriteKeys, progress: &mut dyn FnMut(u64, u64)) -> Result<(TraceIndex, Layout), ScanFailure> {
-    let mut window = Window::open(path)?;
-    let mut index = TraceIndex::default();
-    let mut layout = Layout::default();
-    let mut pos: usize = 0; // where the next step starts in the window
-    let mut eof = false;
-    let mut state = State::Start;
-    let mut saw_events = false;
-    let mut raw = Raw::default();
-    let mut prev_end: Option<u64> = None;
-    let mut last_kept = Kept::Lane;
+/// One scanner over a stretch of the input: the whole trace, or (for a parallel scan)
+/// the events between two element boundaries.
+struct Segment<'k> {
+    write_keys: &'k WriteKeys,
+    index: TraceIndex,
+    layout: Layout,
+    state: State,
+    saw_events: bool,
+    raw: Raw,
+    prev_end: Option<u64>,
+    last_kept: Kept,
+    /// Stop at the element that starts here (the next segment's first).
+    stop_at: Option<u64>,
+    /// The segment's end was not where an element starts: its split was no boundary.
+    missed_stop: bool,
+}
 
-    loop {
-        let base = window.base;
-        let mut c = Cursor::new(window.bytes(), pos);
-        let step: Scan<()> = loop {
-            pos = c.pos;
-            let r: Scan<()> = (|| {
-                match state {
-                    State::Start => {
-                        c.expect(b'{', "a JSON object (a trace starts with '{')")?;
-                        state = if c.peek()? == b'}' {
-                            c.pos += 1;
-                            State::End
-                        } else {
-                            State::Member
-                        };
+enum Step {
+    Go,
+    Stop,
+}
+
+impl<'k> Segment<'k> {
+    fn new(write_keys: &'k WriteKeys, state: State, prev_end: Option<u64>, stop_at: Option<u64>) -> Self {
+        Segment {
+            write_keys,
+            index: TraceIndex::default(),
+            layout: Layout::default(),
+            state,
+            saw_events: state != State::Start,
+            raw: Raw::default(),
+            prev_end,
+            last_kept: Kept::Lane,
+            stop_at,
+            missed_stop: false,
+        }
+    }
+
+    fn step(&mut self, c: &mut Cursor<'_>, base: u64) -> Scan<Step> {
+        match self.state {
+            State::Start => {
+                c.expect(b'{', "a JSON object (a trace starts with '{')")?;
+                self.state = if c.peek()? == b'}' {
+                    c.pos += 1;
+                    State::End
+                } else {
+                    State::Member
+                };
+            }
+            State::Member => {
+                let k = c.string()?;
+                c.expect(b':', "':'")?;
+                if str_is(c.buf, k, "traceEvents") {
+                    if self.saw_events {
+                        return Err(ScanError::Syntax { at: k.start, expected: "a single traceEvents" });
                     }
-                    State::Member => {
-                        let k = c.string()?;
-                        c.expect(b':', "':'")?;
-                        if str_is(c.buf, k, "traceEvents") {
-                            if saw_events {
-                                return Err(ScanError::Syntax { at: k.start, expected: "a single traceEvents" });
-                            }
-                            saw_events = true;
-                            if c.peek()? != b'[' {
-                                return Err(ScanError::Syntax { at: c.pos, expected: "a list for traceEvents" });
-                            }
-                            state = State::EventsOpen;
-                        } else {
-                            c.skip_value()?;
-                            state = State::AfterMember;
-                        }
+                    self.saw_events = true;
+                    if c.peek()? != b'[' {
+                        return Err(ScanError::Syntax { at: c.pos, expected: "a list for traceEvents" });
                     }
-                    State::EventsOpen => {
-                        c.expect(b'[', "'['")?;
-                        if c.peek()? == b']' {
-                            layout.array_close = base + c.pos as u64;
-                            c.pos += 1;
-                            state = State::AfterMember;
-                        } else {
-                            state = State::Event;
-                        }
-                    }
-                    State::Event => {
-                        let start = c.peek().map(|_| c.pos)?;
-                        let abs_start = base + start as u64;
-                        layout.set_next_start(last_kept, abs_start);
-                        let kept = if c.buf[start] == b'{' {
-                            parse_event(&mut c, &mut raw, write_keys)?;
-                            observe(c.buf, &raw, layout.elements as u32, &mut index)
-                        } else {
-                            c.skip_value()?;
-                            index.event_count += 1;
-                            Kept::Lane
-                        };
-                        let abs_end = base + c.pos as u64;
-                        let span = Span::new(abs_start, abs_end, prev_end.unwrap_or(abs_start));
-                        match kept {
-                            Kept::Event(_) => {
-                                layout.event_spans.push(span);
-                                layout.event_places.push(places(&raw, start, c.pos));
-                            }
-                            Kept::Flow(_) => {
-                                layout.flow_spans.push(span);
-                                layout.flow_places.push(places(&raw, start, c.pos));
-                            }
-                            Kept::Lane => {}
-                        }
-                        last_kept = kept;
-                        prev_end = Some(abs_end);
-                        layout.elements += 1;
-                        state = State::AfterEvent;
-                    }
-                    State::AfterEvent => match c.peek()? {
-                        b',' => {
-                            c.pos += 1;
-                            state = State::Event;
-                        }
-                        b']' => {
-                            layout.array_close = base + c.pos as u64;
-                            layout.set_next_start(last_kept, layout.array_close);
-                            c.pos += 1;
-                            state = State::AfterMember;
-                        }
-                        _ => return Err(ScanError::Syntax { at: c.pos, expected: "',' or ']' between events" }),
-                    },
-                    State::AfterMember => match c.peek()? {
-                        b',' => {
-                            c.pos += 1;
-                            state = State::Member;
-                        }
-                        b'}' => {
-                            c.pos += 1;
-                            state = State::End;
-                        }
-                        _ => return Err(ScanError::Syntax { at: c.pos, expected: "',' or '}'" }),
-                    },
-                    State::End => {
-                        c.peek()?;
-                        return Err(ScanError::Syntax { at: c.pos, expected: "the end of the file after the trace object" });
+                    self.state = State::EventsOpen;
+                } else {
+                    c.skip_value()?;
+                    self.state = State::AfterMember;
+                }
+            }
+            State::EventsOpen => {
+                c.expect(b'[', "'['")?;
+                if c.peek()? == b']' {
+                    self.layout.array_close = base + c.pos as u64;
+                    c.pos += 1;
+                    self.state = State::AfterMember;
+                } else {
+                    self.state = State::Event;
+                }
+            }
+            State::Event => {
+                let start = c.peek().map(|_| c.pos)?;
+                let abs_start = base + start as u64;
+                self.layout.set_next_start(self.last_kept, abs_start);
+                if let Some(stop) = self.stop_at {
+                    if abs_start >= stop {
+                        self.missed_stop = abs_start != stop;
+                        return Ok(Step::Stop);
                     }
                 }
-                Ok(())
-            })();
-            if let Err(e) = r {
-                break Err(e);
-            }
-        };
-        match step {
-            Ok(()) => unreachable!("the step loop only ends with an error"),
-            Err(ScanError::Syntax { at, expected }) => {
-                return Err(ScanFailure::Invalid(format!("not a valid trace: expected {expected}"), Some(base + at as u64)));
-            }
-            Err(ScanError::Incomplete) if eof => {
-                if state == State::End {
-                    break;
+                let ordinal = self.layout.elements as u32;
+                let kept = if c.buf[start] == b'{' {
+                    parse_event(c, &mut self.raw, self.write_keys)?;
+                    observe(c.buf, &self.raw, ordinal, &mut self.index)
+                } else {
+                    c.skip_value()?;
+                    self.index.event_count += 1;
+                    Kept::Lane
+                };
+                let abs_end = base + c.pos as u64;
+                let span = Span::new(abs_start, abs_end, self.prev_end.unwrap_or(abs_start));
+                match kept {
+                    Kept::Event(_) => {
+                        self.layout.event_spans.push(span);
+                        self.layout.event_places.push(places(&self.raw, start, c.pos));
+                    }
+                    Kept::Flow(_) => {
+                        self.layout.flow_spans.push(span);
+                        self.layout.flow_places.push(places(&self.raw, start, c.pos));
+                    }
+                    Kept::Lane => {}
                 }
-                let at = window.end();
-                let what = if at == 0 { "the file is empty".to_string() } else { "the trace is truncated (unexpected end of input)".to_string() };
-                return Err(ScanFailure::Invalid(what, Some(at)));
+                self.last_kept = kept;
+                self.prev_end = Some(abs_end);
+                self.layout.elements += 1;
+                self.state = State::AfterEvent;
             }
-            Err(ScanError::Incomplete) => {
-                window.consume(pos);
-                pos = 0;
-                if window.fill()? == 0 {
-                    eof = true;
+            State::AfterEvent => match c.peek()? {
+                b',' => {
+                    c.pos += 1;
+                    self.state = State::Event;
                 }
-                progress(window.file_position(), window.file_len());
+                b']' => {
+                    if self.stop_at.is_some() {
+                        self.missed_stop = true;
+                        return Ok(Step::Stop);
+                    }
+                    self.layout.array_close = base + c.pos as u64;
+                    self.layout.set_next_start(self.last_kept, self.layout.array_close);
+                    c.pos += 1;
+                    self.state = State::AfterMember;
+                }
+                _ => return Err(ScanError::Syntax { at: c.pos, expected: "',' or ']' between events" }),
+            },
+            State::AfterMember => match c.peek()? {
+                b',' => {
+                    c.pos += 1;
+                    self.state = State::Member;
+                }
+                b'}' => {
+                    c.pos += 1;
+                    self.state = State::End;
+                }
+                _ => return Err(ScanError::Syntax { at: c.pos, expected: "',' or '}'" }),
+            },
+            State::End => {
+                c.peek()?;
+                return Err(ScanError::Syntax { at: c.pos, expected: "the end of the file after the trace object" });
+            }
+        }
+        Ok(Step::Go)
+    }
+
+    /// Scan from `start` (an offset of the file) to the segment's stop or the end.
+    fn run(&mut self, path: &Path, start: u64, progress: &dyn Fn(u64, u64)) -> Result<(), ScanFailure> {
+        let mut window = Window::open_at(path, start)?;
+        let mut pos: usize = 0;
+        let mut eof = false;
+        loop {
+            let base = window.base;
+            let mut c = Cursor::new(window.bytes(), pos);
+            let step = loop {
+                pos = c.pos;
+                match self.step(&mut c, base) {
+                    Ok(Step::Go) => {}
+                    other => break other,
+                }
+            };
+            match step {
+                Ok(_) => {
+                    self.layout.total_len = base + c.pos as u64;
+                    return Ok(());
+                }
+                Err(ScanError::Syntax { at, expected }) => {
+                    return Err(ScanFailure::Invalid(format!("not a valid trace: expected {expected}"), Some(base + at as u64)));
+                }
+                Err(ScanError::Incomplete) if eof => {
+                    if self.state == State::End {
+                        if !self.saw_events {
+                            return Err(ScanFailure::Invalid("the trace has no traceEvents".into(), None));
+                        }
+                        self.layout.total_len = window.end();
+                        return Ok(());
+                    }
+                    let at = window.end();
+                    let what = if at == 0 { "the file is empty" } else { "the trace is truncated (unexpected end of input)" };
+                    return Err(ScanFailure::Invalid(what.into(), Some(at)));
+                }
+                Err(ScanError::Incomplete) => {
+                    window.consume(pos);
+                    pos = 0;
+                    if window.fill()? == 0 {
+                        eof = true;
+                    }
+                    progress(window.file_position(), window.file_len());
+                }
             }
         }
     }
-    if !saw_events {
-        return Err(ScanFailure::Invalid("the trace has no traceEvents".into(), None));
+}
+
+/// Below this size a trace is scanned by one thread.
+const PARALLEL_FROM: u64 = 32 << 20;
+
+/// Read the whole trace once. `progress(file_bytes_read, file_len)` is called as it goes;
+/// `write_keys` are the keys annotations will write (see [`WriteKeys`]). Plain files
+/// are scanned in parallel segments that split at event boundaries (checked: a split
+/// that turns out not to be one falls back to a single scan).
+pub fn scan(path: &Path, write_keys: &WriteKeys, progress: &mut dyn FnMut(u64, u64)) -> Result<(TraceIndex, Layout), ScanFailure> {
+    let threads = crate::io::threads().min(8);
+    let len = std::fs::metadata(path)?.len();
+    if threads > 1 && len >= PARALLEL_FROM && !crate::io::is_gzip_file(path)? {
+        if let Some(result) = scan_parallel(path, write_keys, threads, len, progress)? {
+            return Ok(result);
+        }
     }
-    layout.total_len = window.end();
-    Ok((index, layout))
+    let mut whole = Segment::new(write_keys, State::Start, None, None);
+    let progress = std::cell::RefCell::new(progress);
+    whole.run(path, 0, &|done, total| (progress.borrow_mut())(done, total))?;
+    Ok((whole.index, whole.layout))
+}
+
+/// Where an element probably starts after `from`: the `{` of `}` `,` `{` (white space
+/// allowed), with the end of the element before it. Only a guess: a string can hold it.
+fn guess_boundary(path: &Path, from: u64) -> std::io::Result<Option<(u64, u64)>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(path)?;
+    file.seek(SeekFrom::Start(from))?;
+    let mut buf = vec![0u8; 1 << 20];
+    let n = file.read(&mut buf)?;
+    let buf = &buf[..n];
+    let mut i = 0;
+    while let Some(k) = memchr::memchr(b'}', &buf[i..]) {
+        let close = i + k;
+        let mut j = close + 1;
+        while j < buf.len() && matches!(buf[j], b' ' | b'\n' | b'\r' | b'\t') {
+            j += 1;
+        }
+        if buf.get(j) == Some(&b',') {
+            j += 1;
+            while j < buf.len() && matches!(buf[j], b' ' | b'\n' | b'\r' | b'\t') {
+                j += 1;
+            }
+            if buf.get(j) == Some(&b'{') {
+                return Ok(Some((from + j as u64, from + close as u64 + 1)));
+            }
+        }
+        i = close + 1;
+    }
+    Ok(None)
+}
+
+type Scanned = (TraceIndex, Layout);
+
+fn scan_parallel(path: &Path, write_keys: &WriteKeys, threads: usize, len: u64, progress: &mut dyn FnMut(u64, u64)) -> Result<Option<Scanned>, ScanFailure> {
+    let mut cuts: Vec<(u64, u64)> = Vec::new();
+    for k in 1..threads as u64 {
+        if let Some(cut) = guess_boundary(path, len * k / threads as u64)? {
+            if cuts.last().is_none_or(|last| cut.0 > last.0) {
+                cuts.push(cut);
+            }
+        }
+    }
+    if cuts.is_empty() {
+        return Ok(None);
+    }
+    let done: Vec<std::sync::atomic::AtomicU64> = (0..=cuts.len()).map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
+    let results: Vec<Result<Segment<'_>, ScanFailure>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..=cuts.len())
+            .map(|k| {
+                let (start, state, prev_end) = if k == 0 { (0, State::Start, None) } else { (cuts[k - 1].0, State::Event, Some(cuts[k - 1].1)) };
+                let stop = cuts.get(k).map(|c| c.0);
+                let done = &done[k];
+                scope.spawn(move || {
+                    let mut segment = Segment::new(write_keys, state, prev_end, stop);
+                    segment.run(path, start, &|d, _| done.store(d, std::sync::atomic::Ordering::Relaxed)).map(|_| segment)
+                })
+            })
+            .collect();
+        while handles.iter().any(|h| !h.is_finished()) {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            progress(done.iter().map(|d| d.load(std::sync::atomic::Ordering::Relaxed)).sum(), len);
+        }
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(ScanFailure::Invalid("a scanner thread failed".into(), None)))).collect()
+    });
+    let mut segments = Vec::with_capacity(results.len());
+    for (k, r) in results.into_iter().enumerate() {
+        match r {
+            // A split inside a string can make a segment fail: the single scan decides.
+            Ok(s) if !s.missed_stop && (k == 0 || s.layout.elements > 0) => segments.push(s),
+            _ => return Ok(None),
+        }
+    }
+    for (k, s) in segments.iter().enumerate().take(segments.len() - 1) {
+        if s.prev_end != Some(cuts[k].1) {
+            return Ok(None);
+        }
+    }
+    let mut parts = segments.into_iter();
+    let first = parts.next().expect("at least one segment");
+    let (mut index, mut layout) = (first.index, first.layout);
+    for part in parts {
+        let offset = layout.elements as u32;
+        index.append(part.index, offset);
+        layout.append(part.layout);
+    }
+    Ok(Some((index, layout)))
 }

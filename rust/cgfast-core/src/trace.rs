@@ -453,17 +453,7 @@ impl TraceIndex {
             Some(n) if ev.cat.is_work() || ev.node != Node::Missing => self.names.intern(n),
             _ => NONE,
         };
-        let shape = match ev.grid_block {
-            Some(gb) => {
-                let next = self.shapes.len() as u32;
-                let id = *self.shape_ids.entry(gb).or_insert(next);
-                if id == next {
-                    self.shapes.push(gb);
-                }
-                id
-            }
-            None => NONE,
-        };
+        let shape = ev.grid_block.map_or(NONE, |gb| self.shape_id(gb));
         let (node_kind, node) = match ev.node {
             Node::Missing => (NodeKind::Missing, 0),
             Node::Null => (NodeKind::Null, 0),
@@ -491,6 +481,50 @@ impl TraceIndex {
             correlation: ev.correlation.unwrap_or(0),
         });
         Kept::Event(self.events.len() - 1)
+    }
+
+    /// Add the index of the segment of `traceEvents` after this one, whose first event
+    /// is element `ordinal_offset`.
+    pub fn append(&mut self, next: TraceIndex, ordinal_offset: u32) {
+        let keys: Vec<KeyId> = (0..next.keys.count() as KeyId).map(|id| self.keys.import(&next.keys, id)).collect();
+        let key = |id: KeyId| if id == NONE { NONE } else { keys[id as usize] };
+        let names: Vec<u32> = (0..next.names.len() as u32).map(|id| self.names.intern(next.names.get(id))).collect();
+        let shapes: Vec<u32> = next.shapes.iter().map(|gb| self.shape_id(*gb)).collect();
+        self.events.reserve(next.events.len());
+        for mut e in next.events {
+            e.ordinal += ordinal_offset;
+            e.pid = key(e.pid);
+            e.tid = key(e.tid);
+            e.args_stream = key(e.args_stream);
+            e.new_tid = key(e.new_tid);
+            e.name = if e.name == NONE { NONE } else { names[e.name as usize] };
+            e.shape = if e.shape == NONE { NONE } else { shapes[e.shape as usize] };
+            self.events.push(e);
+        }
+        self.flows.reserve(next.flows.len());
+        for mut f in next.flows {
+            f.ordinal += ordinal_offset;
+            f.pid = key(f.pid);
+            f.tid = key(f.tid);
+            f.new_tid = key(f.new_tid);
+            self.flows.push(f);
+        }
+        for (id, used) in next.untracked_lanes.iter().enumerate() {
+            if *used {
+                self.use_lane(keys[id]);
+            }
+        }
+        self.graph_launches.extend(next.graph_launches);
+        self.event_count += next.event_count;
+    }
+
+    fn shape_id(&mut self, gb: [u32; 6]) -> u32 {
+        let next = self.shapes.len() as u32;
+        let id = *self.shape_ids.entry(gb).or_insert(next);
+        if id == next {
+            self.shapes.push(gb);
+        }
+        id
     }
 
     pub fn name_of(&self, event: &Tracked) -> &str {

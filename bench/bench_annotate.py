@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""cgfast against the reference, side by side in one run.
+
+For each size (default ~200 MB and ~1 GB of JSON) it generates a synthetic Kineto trace
+with ``bench/gen_trace.py`` (kept in ``bench/data/``), then runs, on the plain file and on
+its gzip:
+
+* the reference: PyTorch 2.13.0's ``torch/cuda/_annotate_cuda_graph_trace.py`` run as a
+  script (standard library only; fetched by ``tools/torch_reference.py``), annotations
+  from the pickle it reads;
+* ``cgfast annotate`` (the release binary), annotations from cgfast's JSON.
+
+and prints wall time, peak RSS and MB/s (of decompressed JSON) for both, and the ratios.
+A third row per size measures node-id recovery: the same trace written without
+``graph node id`` (as torch <= 2.12 writes it) and annotated from the recorded topology.
+
+    python bench/bench_annotate.py [--sizes 200,1000] [--json results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tools"))
+
+from gen_trace import generate, write_annotations  # noqa: E402
+from torch_reference import reference_path  # noqa: E402
+
+
+def cgfast_binary() -> str:
+    built = ROOT / "target" / "release" / "cgfast"
+    if built.exists():
+        return str(built)
+    found = shutil.which("cgfast")
+    if found is None:
+        sys.exit("build the binary first: cargo build --release")
+    return found
+
+
+def measure(argv: list[str]) -> tuple[float, int]:
+    """Wall seconds and peak RSS (bytes) of one run; its output is discarded."""
+    started = time.perf_counter()
+    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - started
+    err = child.stderr.read().decode(errors="replace") if child.stderr else ""
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"{argv[0]} failed:\n{err}")
+    return wall, usage.ru_maxrss * 1024
+
+
+def dataset(size_mb: int, node_ids: bool) -> tuple[Path, Path, Path]:
+    """(trace, json annotations, pickle annotations), generated once."""
+    directory = ROOT / "bench" / "data" / f"{size_mb}mb{'' if node_ids else '-noids'}"
+    trace = directory / "trace.json"
+    if not trace.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        print(f"generating {trace} ...", flush=True)
+        annotations, topology = generate(trace.with_suffix(".tmp"), size_mb, node_ids=node_ids)
+        trace.with_suffix(".tmp").rename(trace)
+        write_annotations(directory, annotations, topology)
+    gz = trace.with_name("trace.json.gz")
+    if not gz.exists():
+        with open(trace, "rb") as src, gzip.open(gz.with_suffix(".tmp"), "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        gz.with_suffix(".tmp").rename(gz)
+    return trace, directory / "kernel_annotations_rank0_1.json", directory / "kernel_annotations_rank0_1.pkl"
+
+
+def run_pair(trace: Path, ann_json: Path, ann_pkl: Path, json_bytes: int, reference: str, with_reference: bool) -> dict:
+    out_dir = trace.parent / "out"
+    out_dir.mkdir(exist_ok=True)
+    suffix = ".json.gz" if trace.name.endswith(".gz") else ".json"
+    row = {"input": trace.name, "input_mb": trace.stat().st_size / 1e6, "json_mb": json_bytes / 1e6}
+    ours = out_dir / f"cgfast{suffix}"
+    ours.unlink(missing_ok=True)
+    row["cgfast_s"], row["cgfast_rss"] = measure([cgfast_binary(), "annotate", str(trace), "-a", str(ann_json), "-o", str(ours), "--no-progress"])
+    if with_reference:
+        theirs = out_dir / f"reference{suffix}"
+        theirs.unlink(missing_ok=True)
+        row["reference_s"], row["reference_rss"] = measure([sys.executable, reference, str(trace), "-a", str(ann_pkl), "-o", str(theirs)])
+    return row
+
+
+def mb(n: float) -> str:
+    return f"{n / 1e6:,.0f} MB"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", default="200,1000", help="trace sizes in MB of JSON (comma separated)")
+    p.add_argument("--json", type=Path, help="also write the results here")
+    a = p.parse_args()
+    reference = str(reference_path())
+    rows = []
+    for size in (int(s) for s in a.sizes.split(",")):
+        trace, ann_json, ann_pkl = dataset(size, node_ids=True)
+        json_bytes = trace.stat().st_size
+        for path in (trace, trace.with_name("trace.json.gz")):
+            rows.append({"case": f"{size} MB {'gzip' if path.suffix == '.gz' else 'plain'}", **run_pair(path, ann_json, ann_pkl, json_bytes, reference, True)})
+        ids = rows[-2]
+        noids_trace, noids_json, noids_pkl = dataset(size, node_ids=False)
+        recovered = run_pair(noids_trace, noids_json, noids_pkl, noids_trace.stat().st_size, reference, False)
+        rows.append({"case": f"{size} MB plain, ids recovered", **recovered, "overhead": recovered["cgfast_s"] / ids["cgfast_s"] * (json_bytes / noids_trace.stat().st_size) - 1})
+
+    print()
+    print(f"{'case':<28} {'reference':>22} {'cgfast':>22} {'speed-up':>9} {'memory':>8}")
+    for r in rows:
+        ours = f"{r['cgfast_s']:6.2f} s {mb(r['cgfast_rss']):>9} {r['json_mb'] / r['cgfast_s']:6.0f} MB/s"
+        if "reference_s" in r:
+            theirs = f"{r['reference_s']:6.2f} s {mb(r['reference_rss']):>9}"
+            ratio = f"{r['reference_s'] / r['cgfast_s']:8.1f}x {r['reference_rss'] / r['cgfast_rss']:7.1f}x"
+        else:
+            theirs = f"{'(no ids: annotates nothing)':>22}"
+            ratio = f"  recovery adds {r['overhead'] * 100:+.0f}% per byte"
+        print(f"{r['case']:<28} {theirs:>22} {ours:>32} {ratio}")
+    print("\nspeed-up: reference time / cgfast time; memory: reference peak RSS / cgfast peak RSS.")
+    print(f"machine: {os.cpu_count()} cores; reference: {reference}")
+    if a.json:
+        a.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
