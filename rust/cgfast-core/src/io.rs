@@ -442,3 +442,42 @@ fn write_member(file: File, done: Receiver<Compressed>) -> io::Result<()> {
     out.write_all(&(total as u32).to_le_bytes())?;
     out.flush()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parallel_gzip_is_one_member_any_reader_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.gz");
+        let data: Vec<u8> = (0..5_000_000u32).flat_map(|i| (i % 251).to_le_bytes()).collect();
+        let mut gz = ParallelGz::new(File::create(&path).unwrap(), 3);
+        for chunk in data.chunks(777_777) {
+            gz.write_all(chunk).unwrap();
+        }
+        gz.finish().unwrap();
+        let mut back = Vec::new();
+        flate2::read::GzDecoder::new(File::open(&path).unwrap()).read_to_end(&mut back).unwrap();
+        assert!(back == data, "round trip");
+    }
+
+    #[test]
+    fn atomic_files_appear_only_when_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("out.json");
+        std::fs::write(&target, b"old").unwrap();
+        {
+            let f = AtomicFile::create(&target).unwrap();
+            let mut file = f.file();
+            file.write_all(b"partial").unwrap();
+        }
+        assert_eq!(std::fs::read(&target).unwrap(), b"old");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "the temporary is gone");
+        let f = AtomicFile::create(&target).unwrap();
+        let mut file = f.file();
+        file.write_all(b"new").unwrap();
+        f.commit().unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"new");
+    }
+}

@@ -108,7 +108,8 @@ pub fn annotate(index: &mut TraceIndex, annotations: &impl Lookup, default_strea
     for e in index.events.iter().filter(|e| e.cat.is_work()) {
         work_lanes.insert(e.current_tid());
     }
-    for e in index.events.iter_mut().filter(|e| e.cat == Cat::UserAnnotation) {
+    let is_noise_kind = |e: &crate::trace::Tracked| e.cat == Cat::UserAnnotation || (e.cat == Cat::Ac2g && e.ph == Ph::FlowFinish);
+    for e in index.events.iter_mut().filter(|e| is_noise_kind(e)) {
         if !work_lanes.contains(e.current_tid()) {
             e.remove();
             out.noise_removed += 1;
@@ -288,4 +289,121 @@ pub fn settle(index: &mut TraceIndex, annotated: &mut Annotated) {
     let already: HashSet<KeyId> = annotated.named_lanes.iter().copied().collect();
     let extra: Vec<KeyId> = unnamed_lanes(index, &work).into_iter().filter(|t| !already.contains(t)).collect();
     annotated.named_lanes.extend(extra);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{Field, Observed};
+
+    struct Ev {
+        cat: &'static str,
+        ph: &'static str,
+        tid: i64,
+        ts: f64,
+        dur: f64,
+        node: Option<i64>,
+        name: Option<&'static str>,
+        stream_name: bool,
+    }
+
+    fn ev(cat: &'static str, tid: i64, ts: f64, dur: f64, node: Option<i64>) -> Ev {
+        Ev { cat, ph: if cat == "ac2g" { "f" } else { "X" }, tid, ts, dur, node, name: None, stream_name: false }
+    }
+
+    fn meta(tid: i64, stream_name: bool) -> Ev {
+        Ev { cat: "", ph: "M", tid, ts: 0.0, dur: 0.0, node: None, name: Some("thread_name"), stream_name }
+    }
+
+    fn index(events: &[Ev]) -> TraceIndex {
+        let mut index = TraceIndex::default();
+        for (i, e) in events.iter().enumerate() {
+            let observed = Observed {
+                ph: Ph::from_name(e.ph),
+                cat: Cat::from_name(e.cat),
+                name: e.name,
+                pid: Some(Key::Int(0)),
+                tid: Key::Int(e.tid),
+                ts: Field::Value(Num::Float(e.ts)),
+                dur: Field::Value(Num::Float(e.dur)),
+                args: Field::Value(()),
+                node: e.node.map_or(Node::Missing, |n| if n == 0 { Node::Zero } else { Node::Id(n) }),
+                args_stream: None,
+                args_name_is_stream: e.stream_name,
+                correlation: None,
+                grid_block: None,
+            };
+            index.observe(i as u32, &observed);
+        }
+        index
+    }
+
+    fn lanes(index: &TraceIndex) -> Vec<i64> {
+        index.events.iter().map(|e| index.keys.key(e.current_tid()).as_int().unwrap()).collect()
+    }
+
+    fn annotations(pairs: &[(i64, Option<i64>)]) -> rustc_hash::FxHashMap<i64, Resolved> {
+        pairs.iter().map(|&(n, s)| (n, Resolved { writes: vec![], stream: s })).collect()
+    }
+
+    #[test]
+    fn annotate_relanes_graphed_events_and_their_flows() {
+        let mut idx = index(&[ev("kernel", 7, 10.0, 5.0, Some(1)), ev("ac2g", 7, 10.0, 0.0, None), ev("kernel", 7, 20.0, 5.0, Some(2)), ev("kernel", 9, 30.0, 1.0, Some(0))]);
+        let out = annotate(&mut idx, &annotations(&[(1, Some(60))]), 7, FlowLink::Follow);
+        assert_eq!(out.annotated, 1);
+        assert_eq!(lanes(&idx), vec![60, 7, 9]);
+        assert_eq!(idx.keys.key(idx.flows[0].current_tid()), Key::Int(60));
+        assert_eq!(idx.flows[0].follows, 0);
+        assert_eq!(idx.events[0].annotation(), Some(1));
+        assert_eq!(idx.events[1].annotation(), None);
+        assert_eq!(idx.events[1].new_stream(&idx.keys), Some(7));
+        assert_eq!(idx.events[2].new_stream(&idx.keys), None, "graph node id 0 is not graphed");
+    }
+
+    #[test]
+    fn noise_on_lanes_without_work_is_removed_and_lanes_get_names() {
+        let mut idx = index(&[
+            ev("kernel", 7, 10.0, 5.0, Some(1)),
+            ev("gpu_user_annotation", 7, 10.0, 5.0, None),
+            ev("gpu_user_annotation", 20, 10.0, 5.0, None),
+            ev("ac2g", 20, 10.0, 0.0, None),
+            meta(20, true),
+            meta(7, true),
+        ]);
+        let out = annotate(&mut idx, &annotations(&[(1, Some(61))]), 7, FlowLink::AtTidTs);
+        // the kernel left lane 7 for 61, so lane 7's annotation is noise too
+        assert_eq!(out.noise_removed, 3);
+        assert!(idx.events[1].removed() && idx.events[2].removed() && idx.flows[0].removed());
+        assert_eq!(out.metadata_removed, 2, "both lanes 20 and 7 are left without events");
+        assert_eq!(out.named_lanes.iter().map(|&t| idx.keys.key(t)).collect::<Vec<_>>(), vec![Key::Int(61)]);
+    }
+
+    #[test]
+    fn overlapping_kernels_move_aside() {
+        let mut idx = index(&[ev("kernel", 7, 0.0, 10.0, Some(1)), ev("kernel", 7, 5.0, 2.0, Some(2)), ev("kernel", 7, 10.0, 1.0, Some(3)), ev("gpu_memcpy", 7, 10.5, 1.0, Some(4))]);
+        assert_eq!(move_overlapping(&mut idx, 7, 8), 1);
+        assert_eq!(lanes(&idx), vec![7, 8, 7, 7]);
+    }
+
+    #[test]
+    fn jitter_is_repaired_and_large_overlaps_are_reported() {
+        let mut idx = index(&[ev("kernel", 7, 0.0, 10.0, Some(1)), ev("kernel", 7, 9.5, 2.0, Some(2)), ev("kernel", 7, 9.0, 1.0, Some(3)), ev("kernel", 8, 100.0, 1.0, Some(4))]);
+        let fixed = fix_timestamps(&mut idx, 1.0);
+        // sorted by ts: 0.0 (end 10), 9.0 -> 10.0 (end 11), 9.5 overlaps by 1.5: too large
+        assert_eq!(fixed.fixed, 1);
+        assert_eq!(idx.events[2].new_ts(), Some(Num::Float(10.0)));
+        assert_eq!(fixed.large.len(), 1);
+        assert_eq!(fixed.large[0].event, 1);
+        assert!((fixed.large[0].overlap_us - 1.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn settle_names_the_overlap_lane() {
+        let mut idx = index(&[ev("kernel", 7, 0.0, 10.0, Some(1)), ev("kernel", 7, 5.0, 2.0, Some(2)), meta(7, true)]);
+        let mut out = annotate(&mut idx, &annotations(&[]), 7, FlowLink::Follow);
+        assert!(out.named_lanes.is_empty());
+        move_overlapping(&mut idx, 7, 8);
+        settle(&mut idx, &mut out);
+        assert_eq!(out.named_lanes.iter().map(|&t| idx.keys.key(t)).collect::<Vec<_>>(), vec![Key::Int(8)]);
+    }
 }

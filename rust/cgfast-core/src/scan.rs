@@ -748,3 +748,127 @@ fn scan_parallel(path: &Path, write_keys: &WriteKeys, threads: usize, len: u64, 
     }
     Ok(Some((index, layout)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan_text(text: &str) -> Result<(TraceIndex, Layout), ScanFailure> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.json");
+        std::fs::write(&path, text).unwrap();
+        scan(&path, &WriteKeys::default(), &mut |_, _| {})
+    }
+
+    fn error(text: &str) -> (String, Option<u64>) {
+        match scan_text(text) {
+            Err(ScanFailure::Invalid(m, at)) => (m, at),
+            Err(ScanFailure::Io(e)) => (e.to_string(), None),
+            Ok(_) => panic!("{text:?} scanned"),
+        }
+    }
+
+    const TRACE: &str = r#"{"schemaVersion": 1, "traceEvents": [
+  {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.5, "dur": 2, "args": {"stream": 7, "correlation": 3, "grid": [1, 2, 3], "block": [4, 5, 6], "graph node id": 4294967296}},
+  {"ph": "f", "id": 3, "pid": 0, "tid": 7, "ts": 1.5, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+  {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 99, "ts": 1, "args": {"a": [1, {"b": "c\"}"}]}},
+  5,
+  {"name": "thread_name", "ph": "M", "pid": 0, "tid": 7, "args": {"name": "stream 7 "}}
+], "traceName": "x"}
+"#;
+
+    #[test]
+    fn indexes_what_the_passes_need() {
+        let (index, layout) = scan_text(TRACE).unwrap();
+        assert_eq!(index.event_count, 5);
+        assert_eq!(layout.elements, 5);
+        assert_eq!(index.events.len(), 2, "the kernel and the metadata");
+        assert_eq!(index.flows.len(), 1);
+        let k = &index.events[0];
+        assert_eq!(k.node(), Node::Id(1 << 32));
+        assert_eq!(k.correlation(), Some(3));
+        assert_eq!(index.shape_of(k), Some([1, 2, 3, 4, 5, 6]));
+        assert_eq!(k.ts(), Some(Num::Float(1.5)));
+        assert_eq!(k.dur(), Num::Int(2));
+        assert!(index.events[1].stream_thread_name());
+        assert!(index.lane_used_by_untracked(index.keys.find(Key::Int(99)).unwrap()));
+        let span = layout.event_spans[0];
+        assert_eq!(&TRACE[span.start as usize..span.end() as usize][..12], r#"{"ph": "X", "#);
+        assert!(TRACE[span.end() as usize..span.next_start() as usize].trim() == ",");
+        assert_eq!(layout.array_close as usize, TRACE.rfind(']').unwrap());
+        let places = layout.event_places[0];
+        assert!(places.exact);
+        let tid = &TRACE[span.start as usize + places.tid.start as usize..][..places.tid.len as usize];
+        assert_eq!(tid, "7");
+    }
+
+    #[test]
+    fn reports_bad_input_with_its_offset() {
+        assert_eq!(error(""), ("the file is empty".into(), Some(0)));
+        assert!(error("[1, 2]").0.contains("a trace starts with '{'"));
+        assert_eq!(error(r#"{"traceEvents": 5}"#).0, "not a valid trace: expected a list for traceEvents");
+        assert_eq!(error(r#"{"x": 1}"#).0, "the trace has no traceEvents");
+        let (msg, at) = error(&TRACE[..200]);
+        assert!(msg.contains("truncated") && at == Some(200), "{msg} {at:?}");
+        let (msg, at) = error(r#"{"traceEvents": [{"ph": "X",, }]}"#);
+        assert!(msg.starts_with("not a valid trace") && at == Some(28), "{msg} {at:?}");
+        assert!(error(&format!("{TRACE} x")).0.contains("end of the file"));
+        assert!(error(r#"{"traceEvents": [], "traceEvents": []}"#).0.contains("single traceEvents"));
+    }
+
+    fn single(path: &Path) -> (TraceIndex, Layout) {
+        let no_keys = WriteKeys::default();
+        let mut whole = Segment::new(&no_keys, State::Start, None, None);
+        whole.run(path, 0, &|_, _| {}).unwrap();
+        (whole.index, whole.layout)
+    }
+
+    fn same(a: &(TraceIndex, Layout), b: &(TraceIndex, Layout)) {
+        assert_eq!(a.0.event_count, b.0.event_count);
+        assert_eq!(a.0.events.len(), b.0.events.len());
+        assert_eq!(a.0.flows.len(), b.0.flows.len());
+        assert_eq!(a.1.event_spans, b.1.event_spans);
+        assert_eq!(a.1.event_places, b.1.event_places);
+        assert_eq!(a.1.elements, b.1.elements);
+        assert_eq!(a.1.array_close, b.1.array_close);
+        assert!(a.0.events.iter().zip(&b.0.events).all(|(x, y)| x.ordinal == y.ordinal && x.ts() == y.ts() && a.0.keys.key(x.tid) == b.0.keys.key(y.tid)));
+    }
+
+    fn trace_file(dir: &Path, name: &str, events: &[&str]) -> (std::path::PathBuf, u64) {
+        let text = format!("{{\"traceEvents\": [{}], \"after\": [1]}}", events.join(",\n "));
+        let path = dir.join(name);
+        std::fs::write(&path, &text).unwrap();
+        (path, text.len() as u64)
+    }
+
+    #[test]
+    fn parallel_segments_equal_one_scan() {
+        let kernel = r#"{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.5, "dur": 2, "args": {"graph node id": 8}}"#;
+        let flow = r#"{"ph": "f", "cat": "ac2g", "pid": 0, "tid": 9, "ts": 1.5}"#;
+        let op = r#"{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 2, "ts": 3}"#;
+        let events: Vec<&str> = (0..30_000).map(|i| [kernel, flow, op][i % 3]).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let (path, len) = trace_file(dir.path(), "t.json", &events);
+        for threads in [2, 3, 7] {
+            let many = scan_parallel(&path, &WriteKeys::default(), threads, len, &mut |_, _| {}).unwrap().expect("every split is a boundary");
+            same(&many, &single(&path));
+        }
+    }
+
+    #[test]
+    fn splits_inside_strings_fall_back_to_one_scan() {
+        // Every event holds strings that look like event boundaries.
+        let decoy = r#"{"ph": "X", "cat": "cpu_op", "name": "}, {", "pid": 1, "tid": 2, "ts": 3, "args": {"s": "x}, {\"y\": 1}, {"}}"#;
+        let kernel = r#"{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.5, "dur": 2, "args": {"graph node id": 8}}"#;
+        let events: Vec<&str> = (0..30_000).map(|i| if i % 3 == 0 { kernel } else { decoy }).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let (path, len) = trace_file(dir.path(), "t.json", &events);
+        for threads in [2, 5] {
+            if let Some(many) = scan_parallel(&path, &WriteKeys::default(), threads, len, &mut |_, _| {}).unwrap() {
+                same(&many, &single(&path));
+            }
+        }
+        let whole = scan(&path, &WriteKeys::default(), &mut |_, _| {}).unwrap();
+        same(&whole, &single(&path));
+    }
+}
