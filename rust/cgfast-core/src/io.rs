@@ -13,7 +13,7 @@ use flate2::read::MultiGzDecoder;
 use flate2::{Compress, Compression, FlushCompress, Status};
 
 pub const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
-const CHUNK: usize = 4 << 20;
+const CHUNK: usize = 1 << 20;
 
 /// How many threads to use: `CGFAST_THREADS`, else one per core.
 pub fn threads() -> usize {

@@ -57,13 +57,22 @@ pub struct Annotated {
 /// the lane metadata.
 pub fn annotate(index: &mut TraceIndex, annotations: &impl Lookup, default_stream: i64, link: FlowLink) -> Annotated {
     let with_pid = link == FlowLink::Follow;
-    // Flows by place: the first flow at each place, then a chain through the others.
-    let mut first_at: HashMap<(KeyId, KeyId, Key), u32> = HashMap::with_capacity_and_hasher(index.flows.len(), Default::default());
+    // Flows by a hash of their place: the first flow, then a chain through the others
+    // (which may include other places that hash alike: lookups check).
+    let place_of = |pid: KeyId, tid: KeyId, ts: Option<Num>| -> Option<(KeyId, KeyId, Key)> {
+        ts.and_then(Key::from_num).map(|ts| (if with_pid { pid } else { NONE }, tid, ts))
+    };
+    let hash = |place: &(KeyId, KeyId, Key)| {
+        use std::hash::{BuildHasher, Hash, Hasher};
+        let mut h = rustc_hash::FxBuildHasher.build_hasher();
+        place.hash(&mut h);
+        h.finish()
+    };
+    let mut first_at: HashMap<u64, u32> = HashMap::with_capacity_and_hasher(index.flows.len(), Default::default());
     let mut next_at: Vec<u32> = vec![NONE; index.flows.len()];
     for (i, f) in index.flows.iter().enumerate().rev() {
-        if let Some(ts) = f.ts().and_then(Key::from_num) {
-            let place = (if with_pid { f.pid } else { NONE }, f.tid, ts);
-            if let Some(prev) = first_at.insert(place, i as u32) {
+        if let Some(place) = place_of(f.pid, f.tid, f.ts()) {
+            if let Some(prev) = first_at.insert(hash(&place), i as u32) {
                 next_at[i] = prev;
             }
         }
@@ -87,18 +96,21 @@ pub fn annotate(index: &mut TraceIndex, annotations: &impl Lookup, default_strea
         }
         let stream = stream.unwrap_or(default_stream);
         let lane = *lanes.entry(stream).or_insert_with(|| index.keys.id(Key::Int(stream)));
-        let place = e.ts().and_then(Key::from_num).map(|ts| (if with_pid { e.pid } else { NONE }, e.tid, ts));
+        let place = place_of(e.pid, e.tid, e.ts());
         let e = &mut index.events[i];
         if annotated {
             e.set_annotated();
         }
         e.set_lane(lane);
-        let mut f = place.and_then(|p| first_at.get(&p).copied()).unwrap_or(NONE);
+        let Some(place) = place else { continue };
+        let mut f = first_at.get(&hash(&place)).copied().unwrap_or(NONE);
         while f != NONE {
             let flow = &mut index.flows[f as usize];
-            flow.new_tid = lane;
-            if with_pid {
-                flow.follows = i as u32;
+            if place_of(flow.pid, flow.tid, flow.ts()) == Some(place) {
+                flow.new_tid = lane;
+                if with_pid {
+                    flow.follows = i as u32;
+                }
             }
             f = next_at[f as usize];
         }
@@ -180,8 +192,9 @@ fn unnamed_lanes(index: &TraceIndex, lanes: &LaneSet) -> Vec<KeyId> {
     missing
 }
 
-/// Graphed work events the lane passes may reorder, with their start times.
-fn lane_candidates(index: &TraceIndex, kernels_only: bool) -> Vec<(Num, u32)> {
+/// Graphed work events the lane passes may reorder, with their start times (exact in
+/// an `f64`: the index keeps only integers it can hold exactly).
+fn lane_candidates(index: &TraceIndex, kernels_only: bool) -> Vec<(f64, u32)> {
     index
         .events
         .iter()
@@ -189,7 +202,7 @@ fn lane_candidates(index: &TraceIndex, kernels_only: bool) -> Vec<(Num, u32)> {
         .filter_map(|(i, e)| {
             let kind_ok = if kernels_only { e.cat == Cat::Kernel } else { e.cat.is_work() };
             if kind_ok && !e.odd() && !e.removed() && e.current_node().graphed() {
-                e.current_ts().map(|ts| (ts, i as u32))
+                e.current_ts().map(|ts| (ts.as_f64(), i as u32))
             } else {
                 None
             }
@@ -197,12 +210,9 @@ fn lane_candidates(index: &TraceIndex, kernels_only: bool) -> Vec<(Num, u32)> {
         .collect()
 }
 
-/// Sort by start time, stably like Python's `sorted` (the times are exact in an `f64`).
-fn sort_by_ts(events: &mut [(Num, u32)]) {
-    let mut keyed: Vec<(f64, u32, usize)> = events.iter().enumerate().map(|(k, &(ts, i))| (ts.as_f64(), i, k)).collect();
-    keyed.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal).then(a.2.cmp(&b.2)));
-    let sorted: Vec<(Num, u32)> = keyed.iter().map(|&(_, _, k)| events[k]).collect();
-    events.copy_from_slice(&sorted);
+/// Sort by start time, stably like Python's `sorted`.
+fn sort_by_ts(events: &mut [(f64, u32)]) {
+    events.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal));
 }
 
 /// `_move_overlapping_to_stream`: graphed kernels on `default_stream` that start
@@ -215,8 +225,9 @@ pub fn move_overlapping(index: &mut TraceIndex, default_stream: i64, overlap_str
     sort_by_ts(&mut events);
     let mut moved = 0;
     let mut prev_end = Num::Float(0.0);
-    for (ts, i) in events {
+    for (_, i) in events {
         let e = &mut index.events[i as usize];
+        let ts = e.current_ts().expect("candidates have a start");
         if ts.lt(prev_end) {
             e.set_lane(overlap_lane);
             moved += 1;
@@ -244,37 +255,46 @@ pub struct Fixed {
 /// `_fix_overlapping_timestamps`: per lane, a graphed work event that starts at most
 /// `max_adjust_us` before the previous one ends is moved to that end.
 pub fn fix_timestamps(index: &mut TraceIndex, max_adjust_us: f64) -> Fixed {
-    let mut lanes: Vec<Vec<(Num, u32)>> = Vec::new();
-    let mut lane_of: Vec<u32> = vec![NONE; index.keys.count()];
-    for (ts, i) in lane_candidates(index, false) {
-        let tid = index.events[i as usize].current_tid() as usize;
-        if lane_of[tid] == NONE {
-            lane_of[tid] = lanes.len() as u32;
-            lanes.push(Vec::new());
-        }
-        lanes[lane_of[tid] as usize].push((ts, i));
-    }
+    // One list sorted by (lane in order of first appearance, start), stably: the lanes
+    // are walked in the order the reference's dict of lanes has them.
+    let mut rank_of: Vec<u32> = vec![NONE; index.keys.count()];
+    let mut lanes = 0u32;
+    let mut events: Vec<(u32, f64, u32)> = lane_candidates(index, false)
+        .into_iter()
+        .map(|(ts, i)| {
+            let lane = index.events[i as usize].current_tid() as usize;
+            if rank_of[lane] == NONE {
+                rank_of[lane] = lanes;
+                lanes += 1;
+            }
+            (rank_of[lane], ts, i)
+        })
+        .collect();
+    events.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.partial_cmp(&b.1).unwrap_or(std::cmp::Ordering::Equal)));
     let limit = Num::Float(max_adjust_us);
     let mut out = Fixed::default();
-    for mut events in lanes {
-        sort_by_ts(&mut events);
-        let mut prev_end = Num::Float(0.0);
-        for (ts, i) in events {
-            let i = i as usize;
-            let e = &mut index.events[i];
-            let mut start = ts;
-            if ts.lt(prev_end) {
-                let overlap = prev_end.sub(ts);
-                if limit.lt(overlap) {
-                    out.large.push(LargeOverlap { event: i, tid: e.current_tid(), overlap_us: overlap.as_f64() });
-                } else {
-                    e.set_ts(prev_end);
-                    start = prev_end;
-                    out.fixed += 1;
-                }
-            }
-            prev_end = start.add(e.dur());
+    let mut lane = NONE;
+    let mut prev_end = Num::Float(0.0);
+    for (rank, _, i) in events {
+        if rank != lane {
+            lane = rank;
+            prev_end = Num::Float(0.0);
         }
+        let i = i as usize;
+        let e = &mut index.events[i];
+        let ts = e.current_ts().expect("candidates have a start");
+        let mut start = ts;
+        if ts.lt(prev_end) {
+            let overlap = prev_end.sub(ts);
+            if limit.lt(overlap) {
+                out.large.push(LargeOverlap { event: i, tid: e.current_tid(), overlap_us: overlap.as_f64() });
+            } else {
+                e.set_ts(prev_end);
+                start = prev_end;
+                out.fixed += 1;
+            }
+        }
+        prev_end = start.add(e.dur());
     }
     out
 }

@@ -118,7 +118,9 @@ pub fn annotate_file(
     let timing = std::env::var_os("CGFAST_TIMING").is_some();
     let mark = |what: &str| {
         if timing {
-            eprintln!("cgfast timing: {what} at {:.3} s", started.elapsed().as_secs_f64());
+            let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+            let memory: Vec<&str> = status.lines().filter(|l| l.starts_with("VmHWM") || l.starts_with("VmRSS")).collect();
+            eprintln!("cgfast timing: {what} at {:.3} s {}", started.elapsed().as_secs_f64(), memory.join(" ").split_whitespace().collect::<Vec<_>>().join(" "));
         }
     };
     mark("scanned");
@@ -274,12 +276,12 @@ fn edit_element(
 ) {
     let (tid, ts, stream, node, annotation, places) = if id < index.events.len() {
         let e = &index.events[id];
-        (e.moved_to(), e.new_ts(), e.new_stream(&index.keys), e.recovered_node(), e.annotation(), &layout.event_places[id])
+        (e.moved_to(), e.new_ts(), e.new_stream(&index.keys), e.recovered_node(), e.annotation(), layout.event_places[id])
     } else {
         let j = id - index.events.len();
         let f = &index.flows[j];
         let (tid, ts) = flow_place(index, f);
-        ((tid != f.tid).then_some(tid), ts, None, None, None, &layout.flow_places[j])
+        ((tid != f.tid).then_some(tid), ts, None, None, None, layout.flow_places[j].places())
     };
     let tid_text = tid.map(|t| index.keys.to_json(index.keys.key(t)));
     let ts_text = ts.map(Num::to_json);
@@ -301,7 +303,7 @@ fn edit_element(
     if let Some(s) = &stream_text {
         edits.args.push(Set { key: "stream", quoted_key: "\"stream\"", value: s });
     }
-    if !edit::splice(original, places, &edits, out) && !editor.apply(original, &edits, out) {
+    if !edit::splice(original, &places, &edits, out) && !editor.apply(original, &edits, out) {
         out.extend_from_slice(original);
     }
 }

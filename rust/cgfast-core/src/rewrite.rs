@@ -71,6 +71,48 @@ impl Cursor {
         Ok(())
     }
 
+    /// The end of the element before the one at `start` (the separator is between): at
+    /// or after `done`, since everything written so far ends at an element's end or start.
+    fn previous_end(&mut self, start: u64) -> io::Result<u64> {
+        self.ensure(start)?;
+        let base = self.window.base;
+        let held = &self.window.bytes()[(self.done - base) as usize..(start - base) as usize];
+        let mut i = held.len();
+        let mut seen_comma = false;
+        while i > 0 {
+            match held[i - 1] {
+                b' ' | b'\n' | b'\r' | b'\t' => i -= 1,
+                b',' if !seen_comma => {
+                    seen_comma = true;
+                    i -= 1;
+                }
+                _ => break,
+            }
+        }
+        if !seen_comma {
+            return Err(changed_under_us());
+        }
+        Ok(self.done + i as u64)
+    }
+
+    /// Where the element after the one ending at `end` starts (or the closing `]`).
+    fn next_element(&mut self, end: u64) -> io::Result<u64> {
+        let mut at = end;
+        let mut seen_comma = false;
+        loop {
+            self.ensure(at + 1)?;
+            let base = self.window.base;
+            match self.window.bytes()[(at - base) as usize] {
+                b' ' | b'\n' | b'\r' | b'\t' => at += 1,
+                b',' if !seen_comma => {
+                    seen_comma = true;
+                    at += 1;
+                }
+                _ => return Ok(at),
+            }
+        }
+    }
+
     fn slice(&mut self, start: u64, end: u64) -> io::Result<&[u8]> {
         self.ensure(end)?;
         let base = self.window.base;
@@ -108,9 +150,11 @@ pub fn rewrite(
                 if removed == change.ordinal {
                     // Nothing before it survives: drop it with the separator after it.
                     w.copy_to(out, span.start)?;
-                    w.skip_to(span.next_start())?;
+                    let next = w.next_element(span.end())?;
+                    w.skip_to(next)?;
                 } else {
-                    w.copy_to(out, span.prev_end())?;
+                    let prev_end = w.previous_end(span.start)?;
+                    w.copy_to(out, prev_end)?;
                     w.skip_to(span.end())?;
                 }
                 removed += 1;

@@ -8,38 +8,21 @@ use crate::json::{str_is, text_of, Cursor, Scalar, Scan, ScanError, StrSpan};
 use crate::key::{Key, Keys, Num};
 use crate::trace::{is_tracked, Cat, Field, Kept, Node, Observed, Ph, TraceIndex};
 
-/// Where a tracked event sits in the (decompressed) input, for pass two.
+/// Where a tracked event sits in the (decompressed) input, for pass two. The separators
+/// around it are found again when it is removed (rarely): they are not kept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Span {
     pub start: u64,
     len: u32,
-    /// Bytes between the end of the element before it and its start (0 for the first).
-    before: u32,
-    /// Bytes between its end and the next element (or the closing `]`).
-    after: u32,
 }
 
 impl Span {
-    pub fn new(start: u64, end: u64, prev_end: u64) -> Span {
-        Span { start, len: (end - start) as u32, before: (start - prev_end) as u32, after: 0 }
+    pub fn new(start: u64, end: u64) -> Span {
+        Span { start, len: (end - start) as u32 }
     }
 
     pub fn end(&self) -> u64 {
         self.start + self.len as u64
-    }
-
-    /// End of the element before it (its own start when it is the first).
-    pub fn prev_end(&self) -> u64 {
-        self.start - self.before as u64
-    }
-
-    /// Start of the element after it (the `]` when it is the last).
-    pub fn next_start(&self) -> u64 {
-        self.end() + self.after as u64
-    }
-
-    fn set_next_start(&mut self, next: u64) {
-        self.after = (next - self.end()) as u32;
     }
 }
 
@@ -52,7 +35,7 @@ pub struct Layout {
     pub flow_spans: Vec<Span>,
     /// Where to splice the edits of each tracked event, and of each flow.
     pub event_places: Vec<Places>,
-    pub flow_places: Vec<Places>,
+    pub flow_places: Vec<FlowPlaces>,
     /// Offset of the `]` that closes `traceEvents`.
     pub array_close: u64,
     pub elements: u64,
@@ -69,14 +52,6 @@ impl Layout {
         self.elements += next.elements;
         self.array_close = next.array_close;
         self.total_len = next.total_len;
-    }
-
-    fn set_next_start(&mut self, kept: Kept, next: u64) {
-        match kept {
-            Kept::Event(i) => self.event_spans[i].set_next_start(next),
-            Kept::Flow(i) => self.flow_spans[i].set_next_start(next),
-            Kept::Lane => {}
-        }
     }
 }
 
@@ -169,6 +144,24 @@ pub struct Places {
     pub args_close: u16,
     pub args_empty: bool,
     pub exact: bool,
+}
+
+/// Where a flow's `tid` and `ts` are: all that pass two ever changes in a flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowPlaces {
+    tid: Rel,
+    ts: Rel,
+    exact: bool,
+}
+
+impl FlowPlaces {
+    pub fn places(self) -> Places {
+        Places { tid: self.tid, ts: self.ts, exact: self.exact, ..Places::INEXACT }
+    }
+
+    fn of(p: Places) -> FlowPlaces {
+        FlowPlaces { tid: p.tid, ts: p.ts, exact: p.exact }
+    }
 }
 
 impl Places {
@@ -453,8 +446,8 @@ struct Segment<'k> {
     state: State,
     saw_events: bool,
     raw: Raw,
+    /// End of the last element scanned (where a segment that stops at the next one ends).
     prev_end: Option<u64>,
-    last_kept: Kept,
     /// Stop at the element that starts here (the next segment's first).
     stop_at: Option<u64>,
     /// The segment's end was not where an element starts: its split was no boundary.
@@ -476,7 +469,6 @@ impl<'k> Segment<'k> {
             saw_events: state != State::Start,
             raw: Raw::default(),
             prev_end,
-            last_kept: Kept::Lane,
             stop_at,
             missed_stop: false,
         }
@@ -523,7 +515,6 @@ impl<'k> Segment<'k> {
             State::Event => {
                 let start = c.peek().map(|_| c.pos)?;
                 let abs_start = base + start as u64;
-                self.layout.set_next_start(self.last_kept, abs_start);
                 if let Some(stop) = self.stop_at {
                     if abs_start >= stop {
                         self.missed_stop = abs_start != stop;
@@ -540,7 +531,7 @@ impl<'k> Segment<'k> {
                     Kept::Lane
                 };
                 let abs_end = base + c.pos as u64;
-                let span = Span::new(abs_start, abs_end, self.prev_end.unwrap_or(abs_start));
+                let span = Span::new(abs_start, abs_end);
                 match kept {
                     Kept::Event(_) => {
                         self.layout.event_spans.push(span);
@@ -548,11 +539,10 @@ impl<'k> Segment<'k> {
                     }
                     Kept::Flow(_) => {
                         self.layout.flow_spans.push(span);
-                        self.layout.flow_places.push(places(&self.raw, start, c.pos));
+                        self.layout.flow_places.push(FlowPlaces::of(places(&self.raw, start, c.pos)));
                     }
                     Kept::Lane => {}
                 }
-                self.last_kept = kept;
                 self.prev_end = Some(abs_end);
                 self.layout.elements += 1;
                 self.state = State::AfterEvent;
@@ -568,7 +558,6 @@ impl<'k> Segment<'k> {
                         return Ok(Step::Stop);
                     }
                     self.layout.array_close = base + c.pos as u64;
-                    self.layout.set_next_start(self.last_kept, self.layout.array_close);
                     c.pos += 1;
                     self.state = State::AfterMember;
                 }
@@ -794,7 +783,6 @@ mod tests {
         assert!(index.lane_used_by_untracked(index.keys.find(Key::Int(99)).unwrap()));
         let span = layout.event_spans[0];
         assert_eq!(&TRACE[span.start as usize..span.end() as usize][..12], r#"{"ph": "X", "#);
-        assert!(TRACE[span.end() as usize..span.next_start() as usize].trim() == ",");
         assert_eq!(layout.array_close as usize, TRACE.rfind(']').unwrap());
         let places = layout.event_places[0];
         assert!(places.exact);
