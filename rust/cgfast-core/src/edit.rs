@@ -77,61 +77,57 @@ fn push_members(out: &mut Vec<u8>, members: &[Set<'_>], first: bool) {
 }
 
 /// Apply `edits` by splicing at `places` (recorded by the scan), without parsing;
-/// `false` (nothing written) when the places cannot take them.
+/// `false` (nothing written) when the places cannot take them. Allocates nothing.
 pub fn splice(event: &[u8], places: &Places, edits: &EventEdits<'_>, out: &mut Vec<u8>) -> bool {
-    if !places.exact || event.last() != Some(&b'}') {
+    if !places.exact || event.last() != Some(&b'}') || (!edits.args.is_empty() && places.args_close == u16::MAX) {
         return false;
     }
-    let mut top: Vec<Set<'_>> = Vec::with_capacity(2);
-    coalesce(&edits.top, &mut top);
-    let mut args: Vec<Set<'_>> = Vec::with_capacity(edits.args.len());
-    coalesce(&edits.args, &mut args);
-    if !args.is_empty() && places.args_close == u16::MAX {
+    let in_place = |key: &str| match key {
+        "tid" => places.tid,
+        "ts" => places.ts,
+        _ => Rel::NONE,
+    };
+    let in_args = |key: &str| match key {
+        "stream" => places.stream,
+        "graph node id" => places.node,
+        _ => Rel::NONE,
+    };
+    if distinct(&edits.top).any(|w| !matches!(w.key, "tid" | "ts")) {
         return false;
     }
+    // Values replaced where they are: at most tid, ts, stream and graph node id.
     let mut replaced: [(usize, usize, &str); 4] = [(0, 0, ""); 4];
-    let mut n_replaced = 0;
-    let mut top_new: [Option<Set<'_>>; 2] = [None, None];
-    for (slot, w) in top.iter().enumerate() {
-        let at = match w.key {
-            "tid" => places.tid,
-            "ts" => places.ts,
-            _ => return false,
-        };
-        if at.is_some() {
-            replaced[n_replaced] = (at.start as usize, at.start as usize + at.len as usize, w.value);
-            n_replaced += 1;
-        } else {
-            top_new[slot.min(1)] = Some(*w);
-        }
-    }
-    let mut args_new: Vec<Set<'_>> = Vec::with_capacity(args.len());
-    for w in &args {
-        let at = match w.key {
-            "stream" => places.stream,
-            "graph node id" => places.node,
-            _ => Rel::NONE,
-        };
-        if at.is_some() {
-            if n_replaced == replaced.len() {
-                return false;
+    let mut n = 0;
+    for (list, place) in [(&edits.top, &in_place as &dyn Fn(&str) -> Rel), (&edits.args, &in_args)] {
+        for w in distinct(list) {
+            let at = place(w.key);
+            if at.is_some() {
+                if n == replaced.len() {
+                    return false;
+                }
+                replaced[n] = (at.start as usize, (at.start + at.len) as usize, last_value(list, w.key));
+                n += 1;
             }
-            replaced[n_replaced] = (at.start as usize, at.start as usize + at.len as usize, w.value);
-            n_replaced += 1;
-        } else {
-            args_new.push(*w);
         }
     }
-    let replaced = &mut replaced[..n_replaced];
+    let replaced = &mut replaced[..n];
     replaced.sort_unstable_by_key(|r| r.0);
+    let args_new = distinct(&edits.args).any(|w| !in_args(w.key).is_some());
+    let append_args = |out: &mut Vec<u8>| {
+        let mut first = places.args_empty;
+        for w in distinct(&edits.args).filter(|w| !in_args(w.key).is_some()) {
+            push_member(out, w.quoted_key, last_value(&edits.args, w.key), first);
+            first = false;
+        }
+    };
     let args_close = places.args_close as usize;
     let top_close = event.len() - 1;
     let mut at = 0;
-    let mut args_done = args_new.is_empty();
+    let mut args_done = !args_new;
     for &(s, e, value) in replaced.iter() {
         if !args_done && args_close < s {
             out.extend_from_slice(&event[at..args_close]);
-            push_members(out, &args_new, places.args_empty);
+            append_args(out);
             at = args_close;
             args_done = true;
         }
@@ -141,24 +137,35 @@ pub fn splice(event: &[u8], places: &Places, edits: &EventEdits<'_>, out: &mut V
     }
     if !args_done {
         out.extend_from_slice(&event[at..args_close]);
-        push_members(out, &args_new, places.args_empty);
+        append_args(out);
         at = args_close;
     }
     out.extend_from_slice(&event[at..top_close]);
-    let appended: Vec<Set<'_>> = top_new.iter().flatten().copied().collect();
-    push_members(out, &appended, false);
+    for w in distinct(&edits.top).filter(|w| !in_place(w.key).is_some()) {
+        push_member(out, w.quoted_key, last_value(&edits.top, w.key), false);
+    }
     out.extend_from_slice(&event[top_close..]);
     true
 }
 
-/// `writes` with one entry per key: the last value, at the first key's position.
-fn coalesce<'a>(writes: &[Set<'a>], out: &mut Vec<Set<'a>>) {
-    for w in writes {
-        match out.iter_mut().find(|o| o.key == w.key) {
-            Some(o) => o.value = w.value,
-            None => out.push(*w),
-        }
+/// The writes whose key was not written before, in order (dict semantics: the first
+/// write of a key fixes its position, the last its value).
+fn distinct<'e, 'a>(writes: &'e [Set<'a>]) -> impl Iterator<Item = &'e Set<'a>> {
+    writes.iter().enumerate().filter(move |(i, w)| !writes[..*i].iter().any(|e| e.key == w.key)).map(|(_, w)| w)
+}
+
+/// The value the last write of `key` gives it.
+fn last_value<'a>(writes: &[Set<'a>], key: &str) -> &'a str {
+    writes.iter().rev().find(|w| w.key == key).map_or("", |w| w.value)
+}
+
+fn push_member(out: &mut Vec<u8>, quoted_key: &str, value: &str, first: bool) {
+    if !first {
+        out.extend_from_slice(b", ");
     }
+    out.extend_from_slice(quoted_key.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value.as_bytes());
 }
 
 impl Editor {

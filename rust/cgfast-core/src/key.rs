@@ -77,17 +77,18 @@ impl Num {
     }
 }
 
-/// `digits.fraction` with at most 15 digits, exactly: an integer below 2**53 divided
-/// by an exact power of ten is correctly rounded (the fast path of Clinger's algorithm).
+/// `digits.fraction` whose digits make an integer of at most 2**53, exactly: such an
+/// integer divided by an exact power of ten is correctly rounded (the fast path of
+/// Clinger's algorithm).
 fn parse_decimal(token: &[u8]) -> Option<f64> {
-    const POW10: [f64; 16] = [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15];
+    const POW10: [f64; 19] = [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18];
     let (negative, body) = match token.first()? {
         b'-' => (true, &token[1..]),
         _ => (false, token),
     };
     let dot = body.iter().position(|&b| b == b'.')?;
     let (int_part, frac_part) = (&body[..dot], &body[dot + 1..]);
-    if int_part.is_empty() || frac_part.is_empty() || int_part.len() + frac_part.len() > 15 {
+    if int_part.is_empty() || frac_part.is_empty() || int_part.len() + frac_part.len() > 18 {
         return None;
     }
     let mut m: u64 = 0;
@@ -96,6 +97,9 @@ fn parse_decimal(token: &[u8]) -> Option<f64> {
             return None;
         }
         m = m * 10 + (d - b'0') as u64;
+    }
+    if m > 1 << 53 {
+        return None;
     }
     let v = m as f64 / POW10[frac_part.len()];
     Some(if negative { -v } else { v })
@@ -331,7 +335,7 @@ mod tests {
         assert_eq!(Num::parse(b"5.0"), Some(Num::Float(5.0)));
         assert_eq!(Num::parse(b"1e3"), Some(Num::Float(1000.0)));
         assert_eq!(Num::Float(2.5).to_json(), "2.5");
-        for text in ["5361804758596.525", "0.1", "-2.75", "123456789012.345", "1.000000000000001", "0.30000000000000004", "9007199254.740993"] {
+        for text in ["5361804758596.525", "5361804758548.770", "0.1", "-2.75", "123456789012.345", "1.000000000000001", "0.30000000000000004", "9007199254.740993", "9007199254.740992", "0.000000000000000001"] {
             assert_eq!(Num::parse(text.as_bytes()), Some(Num::Float(text.parse().unwrap())), "{text}");
         }
     }

@@ -157,13 +157,18 @@ pub fn annotate_file(
 
     mark("passes done");
     let appended: Vec<String> = annotated.named_lanes.iter().map(|&tid| thread_name_event(&index, annotated.gpu_pid, tid)).collect();
-    let writes = quoted(&resolved);
-    let mut editor = Editor::default();
+    let mut rewriting = Rewriting {
+        index: &index,
+        layout: &layout,
+        writes: quoted(&resolved),
+        lane_json: (0..index.keys.count() as KeyId).map(|id| index.keys.to_json(index.keys.key(id))).collect(),
+        editor: Editor::default(),
+    };
 
     let out_file = AtomicFile::create(output).map_err(|e| fail(format!("{}: cannot write: {}", output.display(), describe_io(&e))))?;
     let sink_file = out_file.file().try_clone().map_err(|e| fail(format!("{}: {e}", output.display())))?;
     let mut sink = Sink::new(sink_file, is_gzip_path(output), options.gzip_level);
-    let mut edit = |id: usize, original: &[u8], out: &mut Vec<u8>| edit_element(&index, &layout, &writes, &mut editor, id, original, out);
+    let mut edit = |id: usize, original: &[u8], out: &mut Vec<u8>| rewriting.edit(id, original, out);
     rewrite::rewrite(input, &layout, changes(&index, &layout), &mut edit, &appended, &mut sink, &mut |done, total| progress(Phase::Writing, done, total))
         .and_then(|_| sink.finish())
         .map_err(|e| fail(format!("{}: {}", output.display(), describe_io(&e))))?;
@@ -264,47 +269,50 @@ fn merge_by_ordinal(a: impl Iterator<Item = Change>, b: impl Iterator<Item = Cha
     })
 }
 
-/// Write the edited form of tracked event (or flow) `id` into `out`.
-fn edit_element(
-    index: &TraceIndex,
-    layout: &scan::Layout,
-    writes: &HashMap<i64, QuotedWrites>,
-    editor: &mut Editor,
-    id: usize,
-    original: &[u8],
-    out: &mut Vec<u8>,
-) {
-    let (tid, ts, stream, node, annotation, places) = if id < index.events.len() {
-        let e = &index.events[id];
-        (e.moved_to(), e.new_ts(), e.new_stream(&index.keys), e.recovered_node(), e.annotation(), layout.event_places[id])
-    } else {
-        let j = id - index.events.len();
-        let f = &index.flows[j];
-        let (tid, ts) = flow_place(index, f);
-        ((tid != f.tid).then_some(tid), ts, None, None, None, layout.flow_places[j].places())
-    };
-    let tid_text = tid.map(|t| index.keys.to_json(index.keys.key(t)));
-    let ts_text = ts.map(Num::to_json);
-    let stream_text = stream.map(|s| s.to_string());
-    let node_text = node.map(|n| n.to_string());
-    let mut edits = EventEdits::default();
-    if let Some(t) = &tid_text {
-        edits.top.push(Set { key: "tid", quoted_key: "\"tid\"", value: t });
-    }
-    if let Some(t) = &ts_text {
-        edits.top.push(Set { key: "ts", quoted_key: "\"ts\"", value: t });
-    }
-    if let Some(n) = &node_text {
-        edits.args.push(Set { key: "graph node id", quoted_key: "\"graph node id\"", value: n });
-    }
-    if let Some(w) = annotation.and_then(|n| writes.get(&n)) {
-        edits.args.extend(w.writes.iter().map(|(k, qk, v)| Set { key: k, quoted_key: qk, value: v }));
-    }
-    if let Some(s) = &stream_text {
-        edits.args.push(Set { key: "stream", quoted_key: "\"stream\"", value: s });
-    }
-    if !edit::splice(original, &places, &edits, out) && !editor.apply(original, &edits, out) {
-        out.extend_from_slice(original);
+/// What pass two needs besides the index: the annotations' writes and every lane's
+/// JSON, made once.
+struct Rewriting<'a> {
+    index: &'a TraceIndex,
+    layout: &'a scan::Layout,
+    writes: HashMap<i64, QuotedWrites>,
+    lane_json: Vec<String>,
+    editor: Editor,
+}
+
+impl Rewriting<'_> {
+    /// Write the edited form of tracked event (or flow) `id` into `out`.
+    fn edit(&mut self, id: usize, original: &[u8], out: &mut Vec<u8>) {
+        let index = self.index;
+        let (tid, ts, stream, node, annotation, places) = if id < index.events.len() {
+            let e = &index.events[id];
+            (e.moved_to(), e.new_ts(), e.new_lane(), e.recovered_node(), e.annotation(), self.layout.event_places[id])
+        } else {
+            let j = id - index.events.len();
+            let f = &index.flows[j];
+            let (tid, ts) = flow_place(index, f);
+            ((tid != f.tid).then_some(tid), ts, None, None, None, self.layout.flow_places[j].places())
+        };
+        let ts_text = ts.map(Num::to_json);
+        let node_text = node.map(|n| n.to_string());
+        let mut edits = EventEdits::default();
+        if let Some(t) = tid {
+            edits.top.push(Set { key: "tid", quoted_key: "\"tid\"", value: &self.lane_json[t as usize] });
+        }
+        if let Some(t) = &ts_text {
+            edits.top.push(Set { key: "ts", quoted_key: "\"ts\"", value: t });
+        }
+        if let Some(n) = &node_text {
+            edits.args.push(Set { key: "graph node id", quoted_key: "\"graph node id\"", value: n });
+        }
+        if let Some(w) = annotation.and_then(|n| self.writes.get(&n)) {
+            edits.args.extend(w.writes.iter().map(|(k, qk, v)| Set { key: k, quoted_key: qk, value: v }));
+        }
+        if let Some(lane) = stream {
+            edits.args.push(Set { key: "stream", quoted_key: "\"stream\"", value: &self.lane_json[lane as usize] });
+        }
+        if !edit::splice(original, &places, &edits, out) && !self.editor.apply(original, &edits, out) {
+            out.extend_from_slice(original);
+        }
     }
 }
 

@@ -292,6 +292,11 @@ impl Tracked {
         self.new_tid = lane;
     }
 
+    /// The lane a pass put the event on (its `args["stream"]` says the same).
+    pub fn new_lane(&self) -> Option<KeyId> {
+        self.has(LANE_SET).then_some(self.new_tid)
+    }
+
     /// The `args["stream"]` a pass decided on.
     pub fn new_stream(&self, keys: &Keys) -> Option<i64> {
         if self.has(LANE_SET) {
