@@ -251,7 +251,7 @@ impl AtomicFile {
 
 /// Where a rewritten trace goes: plain, or gzip compressed in parallel blocks.
 pub enum Sink {
-    Plain(BufWriter<File>),
+    Plain(BackgroundWriter),
     Gzip(ParallelGz),
 }
 
@@ -260,15 +260,85 @@ impl Sink {
         if gzip {
             Sink::Gzip(ParallelGz::new(file, level))
         } else {
-            Sink::Plain(BufWriter::with_capacity(1 << 20, file))
+            Sink::Plain(BackgroundWriter::new(file))
         }
     }
 
     pub fn finish(self) -> io::Result<()> {
         match self {
-            Sink::Plain(mut w) => w.flush(),
+            Sink::Plain(w) => w.finish(),
             Sink::Gzip(gz) => gz.finish(),
         }
+    }
+}
+
+const WRITE_BLOCK: usize = 1 << 20;
+
+/// Writes on a thread of its own, so that copying into the page cache overlaps with
+/// building the output; full buffers go one way, empty ones come back.
+pub struct BackgroundWriter {
+    pending: Vec<u8>,
+    full: Option<SyncSender<Vec<u8>>>,
+    empty: Receiver<Vec<u8>>,
+    writer: Option<JoinHandle<io::Result<()>>>,
+}
+
+impl BackgroundWriter {
+    fn new(mut file: File) -> BackgroundWriter {
+        let (full_tx, full_rx) = sync_channel::<Vec<u8>>(2);
+        let (empty_tx, empty_rx) = sync_channel::<Vec<u8>>(3);
+        let writer = std::thread::spawn(move || {
+            for block in full_rx {
+                file.write_all(&block)?;
+                let mut block = block;
+                block.clear();
+                let _ = empty_tx.try_send(block);
+            }
+            file.flush()
+        });
+        BackgroundWriter { pending: Vec::with_capacity(WRITE_BLOCK), full: Some(full_tx), empty: empty_rx, writer: Some(writer) }
+    }
+
+    fn send(&mut self) -> io::Result<()> {
+        let next = self.empty.try_recv().unwrap_or_else(|_| Vec::with_capacity(WRITE_BLOCK));
+        let block = std::mem::replace(&mut self.pending, next);
+        if self.full.as_ref().expect("open").send(block).is_err() {
+            return Err(self.writer_error());
+        }
+        Ok(())
+    }
+
+    fn writer_error(&mut self) -> io::Error {
+        match self.writer.take().map(|w| w.join()) {
+            Some(Ok(Err(e))) => e,
+            _ => io::Error::other("the output writer stopped"),
+        }
+    }
+
+    fn finish(mut self) -> io::Result<()> {
+        if !self.pending.is_empty() {
+            self.send()?;
+        }
+        self.full = None;
+        match self.writer.take().expect("writer").join() {
+            Ok(r) => r,
+            Err(_) => Err(io::Error::other("the output writer panicked")),
+        }
+    }
+}
+
+impl Write for BackgroundWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = (WRITE_BLOCK - self.pending.len()).min(buf.len());
+        self.pending.extend_from_slice(&buf[..n]);
+        if self.pending.len() == WRITE_BLOCK {
+            self.send()?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }
 
@@ -289,8 +359,7 @@ impl Write for Sink {
 
     fn flush(&mut self) -> io::Result<()> {
         match self {
-            Sink::Plain(w) => w.flush(),
-            Sink::Gzip(_) => Ok(()),
+            Sink::Plain(_) | Sink::Gzip(_) => Ok(()),
         }
     }
 }
