@@ -202,7 +202,7 @@ mod tests {
     #[test]
     fn refills_across_chunks() {
         let event = format!(r#"{{"name": "{}"}}"#, "k".repeat(3 << 20));
-        let text = format!(r#"{{"traceEvents": [{}]}}"#, vec![event.as_str(); 5].join(","));
+        let text = format!(r#"{{"traceEvents": [{}]}}"#, [event.as_str(); 5].join(","));
         assert_eq!(names(&text).unwrap().len(), 5);
     }
 

@@ -115,7 +115,7 @@ fn read_fields(c: &mut Cursor<'_>, by: &[u8]) -> Scan<Fields> {
     Ok(f)
 }
 
-fn number<'b>(buf: &'b [u8], s: Option<Scalar>) -> Option<&'b [u8]> {
+fn number(buf: &[u8], s: Option<Scalar>) -> Option<&[u8]> {
     match s {
         Some(Scalar::Number { start, end }) => Some(&buf[start..end]),
         _ => None,
@@ -126,7 +126,7 @@ fn number<'b>(buf: &'b [u8], s: Option<Scalar>) -> Option<&'b [u8]> {
 fn graphed(buf: &[u8], node: Option<Scalar>) -> bool {
     match node {
         None | Some(Scalar::Bool(false)) => false,
-        Some(Scalar::Number { start, end }) => Num::parse(&buf[start..end]).map_or(true, |n| n.as_f64() != 0.0),
+        Some(Scalar::Number { start, end }) => !matches!(Num::parse(&buf[start..end]), Some(n) if n.as_f64() == 0.0),
         Some(_) => true,
     }
 }
