@@ -5,6 +5,25 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, RecvTimeoutError};
 use std::time::Duration;
 
+/// How far the work on each file is, reported from the threads doing it.
+pub trait FilesProgress: Sync {
+    /// File `file` is `fraction` (0..1) done.
+    fn advance(&self, file: usize, fraction: f64);
+    /// File `file` is finished, well or not.
+    fn finished(&self, file: usize, ok: bool);
+    /// Called now and then on the calling thread, to show the progress.
+    fn show(&self);
+}
+
+/// No progress shown.
+pub struct Silent;
+
+impl FilesProgress for Silent {
+    fn advance(&self, _: usize, _: f64) {}
+    fn finished(&self, _: usize, _: bool) {}
+    fn show(&self) {}
+}
+
 /// How often `tick` is called while waiting for results.
 const TICK: Duration = Duration::from_millis(100);
 

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::{Row, Summary};
 
-/// Bars drawn; the rest are drawn as one.
+/// Bars drawn; the rest are summed up in a line of text.
 pub const MAX_BARS: usize = 40;
 
 const WIDTH: u32 = 1100;
@@ -16,7 +16,6 @@ const ROW_H: u32 = 22;
 const TOP: u32 = 92;
 pub const BAR_COLOR: &str = "#4e79a7";
 pub const UNANNOTATED_COLOR: &str = "#bab0ac";
-const REST_COLOR: &str = "#8cb0d0";
 
 pub fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -64,29 +63,26 @@ struct Bar {
     color: &'static str,
 }
 
-fn bars(rows: &[Row]) -> Vec<Bar> {
-    let bar = |r: &Row| Bar {
+fn bar(r: &Row) -> Bar {
+    Bar {
         label: shorten(r.value.as_deref().unwrap_or("(unannotated)"), 52),
         title: r.value.clone().unwrap_or_else(|| "graphed kernels without the key".into()),
         us: r.attributed_us,
         share: r.share,
         kernels: r.kernels,
         color: if r.value.is_none() { UNANNOTATED_COLOR } else { BAR_COLOR },
-    };
-    if rows.len() <= MAX_BARS {
-        return rows.iter().map(bar).collect();
     }
-    let (shown, rest) = rows.split_at(MAX_BARS - 1);
-    let mut out: Vec<Bar> = shown.iter().map(bar).collect();
-    out.push(Bar {
-        label: format!("({} more values)", rest.len()),
-        title: format!("{} values with less time each", rest.len()),
-        us: rest.iter().map(|r| r.attributed_us).sum(),
-        share: rest.iter().map(|r| r.share).sum(),
-        kernels: rest.iter().map(|r| r.kernels).sum(),
-        color: REST_COLOR,
-    });
-    out
+}
+
+/// The rows past [`MAX_BARS`], as one line of text (a bar for their sum would dwarf
+/// the others).
+fn rest_note(rest: &[Row]) -> Option<String> {
+    if rest.is_empty() {
+        return None;
+    }
+    let us: f64 = rest.iter().map(|r| r.attributed_us).sum();
+    let share: f64 = rest.iter().map(|r| r.share).sum();
+    Some(format!("… and {} more values, {} · {:.1}% in all", rest.len(), human_time(us), share * 100.0))
 }
 
 fn headline(summary: &Summary) -> (String, String) {
@@ -105,8 +101,10 @@ fn headline(summary: &Summary) -> (String, String) {
 
 /// The chart as an SVG document.
 pub fn svg(summary: &Summary, rows: &[Row]) -> String {
-    let bars = bars(rows);
-    let height = TOP + ROW_H * bars.len().max(1) as u32 + 30;
+    let (shown, rest) = rows.split_at(rows.len().min(MAX_BARS));
+    let bars: Vec<Bar> = shown.iter().map(bar).collect();
+    let note = rest_note(rest);
+    let height = TOP + ROW_H * (bars.len().max(1) + note.is_some() as usize) as u32 + 30;
     let longest = bars.iter().map(|b| b.us).fold(0.0, f64::max);
     let (title, subtitle) = headline(summary);
     let mut s = String::new();
@@ -151,6 +149,9 @@ pub fn svg(summary: &Summary, rows: &[Row]) -> String {
             escape(&human_time(b.us)),
             b.share * 100.0
         );
+    }
+    if let Some(note) = note {
+        let _ = writeln!(s, r##"<text x="{}" y="{}" fill="#555" font-style="italic">{}</text>"##, LABEL_W + 6, TOP + ROW_H * bars.len() as u32 + 15, escape(&note));
     }
     let _ = writeln!(s, r##"<line x1="{LABEL_W}" y1="{}" x2="{LABEL_W}" y2="{}" stroke="#555"/>"##, TOP - 4, height - 26);
     s.push_str("</svg>\n");

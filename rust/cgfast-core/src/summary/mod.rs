@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use rustc_hash::FxHashMap as HashMap;
 use serde_json::{json, Value as Json};
 
+use crate::parallel::FilesProgress;
 use read::{Kernel, Kernels, NONE};
 use time::{attribute, union_length, Interval, Spread};
 
@@ -486,10 +487,19 @@ pub fn summarize_file(path: &Path, options: &Options, progress: &mut dyn FnMut(u
     Ok(Summary::of_trace(path, &kernels, options))
 }
 
-/// Summarise `paths` on `jobs` threads: the merged summary of those that could be
-/// read, and one message for each that could not.
-pub fn summarize_files(paths: &[PathBuf], options: &Options, jobs: usize, on_done: &mut dyn FnMut(usize, bool)) -> (Summary, Vec<String>) {
-    let results = crate::parallel::map(paths, jobs, |_, path| summarize_file(path, options, &mut |_, _| {}), &mut |i, r| on_done(i, matches!(r, Ok(Ok(_)))), &mut || {});
+/// Summarise `paths` on `jobs` threads (0: one per core): the merged summary of those
+/// that could be read, and one message for each that could not.
+pub fn summarize_files(paths: &[PathBuf], options: &Options, jobs: usize, progress: &dyn FilesProgress) -> (Summary, Vec<String>) {
+    let results = crate::parallel::map(
+        paths,
+        jobs,
+        |i, path| summarize_file(path, options, &mut |done, total| progress.advance(i, done as f64 / total.max(1) as f64)),
+        &mut |i, r| {
+            progress.finished(i, matches!(r, Ok(Ok(_))));
+            progress.show();
+        },
+        &mut || progress.show(),
+    );
     let mut summary = Summary { by: options.by.clone(), steps: options.steps, ..Summary::default() };
     let mut failures = Vec::new();
     for (path, result) in paths.iter().zip(results) {

@@ -132,8 +132,19 @@ fn failures_are_reported_per_file() {
     std::fs::write(&good, TRACE).unwrap();
     std::fs::write(&bad, "{\"traceEvents\": [").unwrap();
     let paths = vec![good, dir.path().join("missing.json"), bad];
-    let mut finished = Vec::new();
-    let (s, failures) = summarize_files(&paths, &Options::default(), 2, &mut |i, ok| finished.push((i, ok)));
+    struct Finished(std::sync::Mutex<Vec<(usize, bool)>>);
+    impl FilesProgress for Finished {
+        fn advance(&self, _: usize, fraction: f64) {
+            assert!((0.0..=1.0).contains(&fraction));
+        }
+        fn finished(&self, file: usize, ok: bool) {
+            self.0.lock().unwrap().push((file, ok));
+        }
+        fn show(&self) {}
+    }
+    let progress = Finished(Default::default());
+    let (s, failures) = summarize_files(&paths, &Options::default(), 2, &progress);
+    let mut finished = progress.0.into_inner().unwrap();
     finished.sort();
     assert_eq!(finished, vec![(0, true), (1, false), (2, false)]);
     assert_eq!(s.traces.len(), 1);
@@ -175,7 +186,7 @@ fn chart_folds_the_smallest_values() {
     let s = summary_of(&format!("{{\"traceEvents\": [{}]}}", events.join(",")), "name", false);
     let svg = chart::svg(&s, &s.rows(3));
     assert_eq!(svg.matches("<rect x=\"380\"").count(), chart::MAX_BARS);
-    assert!(svg.contains("(21 more values)"));
+    assert!(svg.contains("… and 20 more values"), "{svg}");
 }
 
 #[test]
