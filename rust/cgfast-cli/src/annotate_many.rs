@@ -53,10 +53,10 @@ fn annotate_one(args: &Args, trace: &Path, files: &AnnotationFiles, progress: &d
     Ok(Annotated { annotations, report })
 }
 
-/// A failure as one line that names the trace.
+/// A failure as one line that names the trace (once).
 fn failure_line(trace: &Path, message: &str) -> String {
     let shown = trace.display().to_string();
-    if message.starts_with(&shown) {
+    if message.contains(&shown) {
         message.to_string()
     } else {
         format!("{shown}: {message}")

@@ -330,7 +330,7 @@ impl Summary {
             busy_us: us_i(busy),
             unannotated_kernels: unannotated.map_or(0, |u| u.kernels),
             unannotated_us: unannotated.map_or(0.0, |u| us(u.attributed_ns)),
-            coverage: ratio(busy as f64 - unannotated.map_or(0.0, |u| u.attributed_ns), busy as f64),
+            coverage: ratio(self.values.iter().filter(|(v, _)| v.is_some()).map(|(_, t)| t.attributed_ns).sum(), busy as f64).min(1.0),
             ungraphed_kernels: self.traces.iter().map(|t| t.ungraphed).sum(),
             ungraphed_us: us_i(self.traces.iter().map(|t| t.ungraphed_ns).sum()),
             unusable_events: self.traces.iter().map(|t| t.unusable).sum(),
