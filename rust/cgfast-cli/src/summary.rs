@@ -64,14 +64,16 @@ pub fn run(args: Args) -> Result<(), String> {
     let progress = Files::new("reading", &traces, !args.no_progress, LARGE);
     let (summary, failures) = summarize_files(&traces, &options, args.jobs.unwrap_or(0) as usize, &progress);
     progress.clear();
+    if let [only] = failures.as_slice() {
+        if traces.len() == 1 {
+            return Err(only.clone());
+        }
+    }
     for failure in &failures {
         eprintln!("cgfast: failed: {failure}");
     }
     if summary.traces.is_empty() {
-        return Err(match failures.len() {
-            1 => "the trace could not be read".to_string(),
-            n => format!("none of the {n} traces could be read"),
-        });
+        return Err(format!("none of the {} traces could be read", failures.len()));
     }
     let rows = summary.rows(args.top);
     match args.format {

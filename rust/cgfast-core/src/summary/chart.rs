@@ -87,12 +87,13 @@ fn rest_note(rest: &[Row]) -> Option<String> {
 
 fn headline(summary: &Summary) -> (String, String) {
     let t = summary.totals();
-    let traces = if t.traces == 1 { "1 trace".to_string() } else { format!("{} traces", t.traces) };
+    let count = |n: u64, what: &str| if n == 1 { format!("1 {what}") } else { format!("{n} {what}s") };
     let title = format!("GPU time of graph replays by args.{}", summary.by);
     let subtitle = format!(
-        "{traces}, {} graphed kernels in {} replays; busy {} (overlaps counted once); {:.1}% annotated",
-        t.kernels,
-        t.replays,
+        "{}, {} in {}; busy {} (overlaps counted once); {:.1}% annotated",
+        count(t.traces, "trace"),
+        count(t.kernels, "graphed kernel"),
+        count(t.replays, "replay"),
         human_time(t.busy_us),
         t.coverage * 100.0
     );
