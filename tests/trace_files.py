@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -52,9 +53,11 @@ def training_job(root: Path, steps: Sequence[int] = (1, 2), ranks: Sequence[int]
             path = step_dir / f"{rank:06d}.7.pt.trace.json.gz"
             annotations = gen_trace.generate(path, mb, seed=rank)
             traces.append(path)
-        json_path, pkl_path = gen_trace.write_annotations(traces_dir, annotations)
+        staging = root / f"rank{rank}"
+        staging.mkdir()
+        json_path, _ = gen_trace.write_annotations(staging, annotations)
         json_path.rename(traces_dir / f"kernel_annotations_rank{rank}_1.json")
-        pkl_path.unlink()
+        shutil.rmtree(staging)
     return sorted(traces)
 
 
