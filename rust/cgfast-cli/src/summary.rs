@@ -75,6 +75,9 @@ pub fn run(args: Args) -> Result<(), String> {
     if summary.traces.is_empty() {
         return Err(format!("none of the {} traces could be read", failures.len()));
     }
+    if summary.totals().kernels == 0 {
+        eprintln!("cgfast: note: no graphed kernels (work with a graph node id other than 0); summary reads the outputs of cgfast annotate");
+    }
     let rows = summary.rows(args.top);
     match args.format {
         Format::Table => summary_table::print_table(&summary, &rows),

@@ -171,17 +171,21 @@ impl Summary {
 
         let mut with_replay: Vec<u32> = all.iter().copied().filter(|&i| kernels[i as usize].replay.is_some()).collect();
         with_replay.sort_unstable_by_key(|&i| (kernels[i as usize].replay, kernels[i as usize].value));
+        let replay_runs = runs(&with_replay, |i| kernels[i as usize].replay);
         let mut replays = Vec::new();
-        for run in runs(&with_replay, |i| kernels[i as usize].replay) {
-            let replay = replay_of(k, run, &attributed);
-            if options.steps {
+        let replay_count = if options.steps {
+            for run in replay_runs {
+                let replay = replay_of(k, run, &attributed);
                 for v in &replay.values {
                     values.get_mut(&v.value).expect("a value of this trace").per_replay_ns.push(v.attributed_ns);
                 }
+                replays.push(replay);
             }
-            replays.push(replay);
-        }
-        replays.sort_by_key(|r| (r.start_ns, r.correlation));
+            replays.sort_by_key(|r| (r.start_ns, r.correlation));
+            replays.len()
+        } else {
+            replay_runs.count()
+        };
 
         let trace = TraceTotals {
             path: path.to_path_buf(),
@@ -189,7 +193,7 @@ impl Summary {
             kernels: kernels.len() as u64,
             total_ns: kernels.iter().map(|k| k.end - k.start).sum(),
             busy_ns,
-            replays: replays.len() as u64,
+            replays: replay_count as u64,
             without_replay: (kernels.len() - with_replay.len()) as u64,
             ungraphed: k.ungraphed,
             ungraphed_ns: k.ungraphed_ns,
@@ -200,7 +204,7 @@ impl Summary {
             steps: options.steps,
             traces: vec![trace],
             values,
-            replays: if options.steps { replays } else { Vec::new() },
+            replays,
         }
     }
 
