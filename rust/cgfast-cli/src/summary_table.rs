@@ -104,7 +104,13 @@ pub fn print_table(summary: &Summary, rows: &[Row]) {
     let traces = if t.traces == 1 { "1 trace".to_string() } else { format!("{} traces", t.traces) };
     let _ = writeln!(out, "cgfast summary by args.{}: {traces}, {} graphed kernels in {} replays", summary.by, thousands(t.kernels), thousands(t.replays));
     let _ = writeln!(out, "  busy           {} ms of GPU time (overlapping kernels counted once; kernel time {} ms)", ms(t.busy_us), ms(t.total_us));
-    let _ = writeln!(out, "  annotated      {} of busy time; unannotated: {} kernels, {} ms", percent(t.coverage), thousands(t.unannotated_kernels), ms(t.unannotated_us));
+    let _ = writeln!(
+        out,
+        "  annotated      {} of busy time; unannotated: {} kernels, {} ms",
+        percent(t.coverage),
+        thousands(t.unannotated_kernels),
+        ms(t.unannotated_us)
+    );
     if t.ungraphed_kernels > 0 {
         let _ = writeln!(out, "  not graphed    {} kernels, {} ms (not counted)", thousands(t.ungraphed_kernels), ms(t.ungraphed_us));
     }
@@ -139,7 +145,13 @@ pub fn print_table(summary: &Summary, rows: &[Row]) {
                 percent(r.share),
             ];
             if let Some(s) = &r.per_replay {
-                cells.extend([thousands(s.count as u64), format!("{:.3}", s.median), format!("{:.3}", s.min), format!("{:.3}", s.max), format!("{:.3}", s.stdev)]);
+                cells.extend([
+                    thousands(s.count as u64),
+                    format!("{:.3}", s.median),
+                    format!("{:.3}", s.min),
+                    format!("{:.3}", s.max),
+                    format!("{:.3}", s.stdev),
+                ]);
             }
             cells.push(match r.top_kernels.first() {
                 Some((name, n)) => format!("{} ({:.0}%)", clip(&short_kernel_name(name), 48), 100.0 * n.total_ns as f64 / 1000.0 / r.total_us.max(1e-9)),
@@ -227,7 +239,8 @@ pub fn print_json(summary: &Summary, top: usize) {
 
 pub fn print_csv(summary: &Summary, rows: &[Row]) {
     if summary.steps {
-        let columns = ["trace", "replay", "value", "kernels", "total_us", "busy_us", "attributed_us", "share", "replay_start_us", "replay_span_us", "replay_busy_us"];
+        let columns =
+            ["trace", "replay", "value", "kernels", "total_us", "busy_us", "attributed_us", "share", "replay_start_us", "replay_span_us", "replay_busy_us"];
         print_records(&columns, &summary.replay_rows());
     } else {
         let columns = ["value", "kernels", "total_us", "mean_us", "busy_us", "attributed_us", "share", "top_kernels"];
@@ -271,7 +284,12 @@ mod tests {
     #[test]
     fn columns_line_up() {
         let mut out = Vec::new();
-        print_columns(&mut out, &["v", "n", "k"], &[true, false, true], &[vec!["long value".into(), "1".into(), "x".into()], vec!["a".into(), "1,000".into(), "y".into()]]);
+        print_columns(
+            &mut out,
+            &["v", "n", "k"],
+            &[true, false, true],
+            &[vec!["long value".into(), "1".into(), "x".into()], vec!["a".into(), "1,000".into(), "y".into()]],
+        );
         let text = String::from_utf8(out).unwrap();
         assert_eq!(text, "  v               n  k\n  long value      1  x\n  a           1,000  y\n");
     }

@@ -24,11 +24,7 @@ enum State {
 /// [`ScanError::Incomplete`] and is called again on the same element with more input,
 /// so it must change nothing before the element is fully read.
 /// `progress(file_bytes_read, file_len)` is called per chunk. Returns the element count.
-pub fn for_each_event(
-    path: &Path,
-    progress: &mut dyn FnMut(u64, u64),
-    visit: &mut dyn FnMut(&mut Cursor<'_>) -> Scan<()>,
-) -> Result<u64, ScanFailure> {
+pub fn for_each_event(path: &Path, progress: &mut dyn FnMut(u64, u64), visit: &mut dyn FnMut(&mut Cursor<'_>) -> Scan<()>) -> Result<u64, ScanFailure> {
     let mut window = Window::open(path)?;
     let mut pos = 0usize;
     let mut eof = false;
@@ -74,13 +70,7 @@ pub fn for_each_event(
 
 /// One step of the grammar around the events; always ends in an error at the end of
 /// the window (`Incomplete`) or of the file.
-fn step(
-    c: &mut Cursor<'_>,
-    state: &mut State,
-    saw_events: &mut bool,
-    elements: &mut u64,
-    visit: &mut dyn FnMut(&mut Cursor<'_>) -> Scan<()>,
-) -> Scan<()> {
+fn step(c: &mut Cursor<'_>, state: &mut State, saw_events: &mut bool, elements: &mut u64, visit: &mut dyn FnMut(&mut Cursor<'_>) -> Scan<()>) -> Scan<()> {
     match *state {
         State::Start => {
             c.expect(b'{', "a JSON object (a trace starts with '{')")?;

@@ -199,13 +199,7 @@ impl Summary {
             ungraphed_ns: k.ungraphed_ns,
             unusable: k.unusable,
         };
-        Summary {
-            by: options.by.clone(),
-            steps: options.steps,
-            traces: vec![trace],
-            values,
-            replays,
-        }
+        Summary { by: options.by.clone(), steps: options.steps, traces: vec![trace], values, replays }
     }
 
     /// Add another summary (of other traces) to this one.
@@ -316,9 +310,7 @@ impl Summary {
                 }
             })
             .collect();
-        rows.sort_by(|a, b| {
-            b.attributed_us.total_cmp(&a.attributed_us).then_with(|| b.total_us.total_cmp(&a.total_us)).then_with(|| a.value.cmp(&b.value))
-        });
+        rows.sort_by(|a, b| b.attributed_us.total_cmp(&a.attributed_us).then_with(|| b.total_us.total_cmp(&a.total_us)).then_with(|| a.value.cmp(&b.value)));
         rows
     }
 

@@ -48,7 +48,10 @@ fn busy_time_counts_overlaps_once_and_shares_sum_to_one() {
     // two kernels, [104,110) alone) + 6 on GPU 1 = 23.5; its own union is 26.
     assert_eq!((a.kernels, a.total_us, a.mean_us, a.busy_us), (4, 30.0, 7.5, 26.0));
     assert!(close(a.attributed_us, 23.5) && close(a.share, 23.5 / 37.0));
-    assert_eq!(a.top_kernels, vec![("gemm".to_string(), NameTotals { kernels: 3, total_ns: 26_000 }), ("norm".to_string(), NameTotals { kernels: 1, total_ns: 4_000 })]);
+    assert_eq!(
+        a.top_kernels,
+        vec![("gemm".to_string(), NameTotals { kernels: 3, total_ns: 26_000 }), ("norm".to_string(), NameTotals { kernels: 1, total_ns: 4_000 })]
+    );
     let b = &rows[1];
     assert_eq!((b.kernels, b.total_us, b.busy_us), (2, 12.0, 12.0));
     assert!(close(b.attributed_us, 9.5));
