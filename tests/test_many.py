@@ -122,6 +122,7 @@ def test_verbose_lists_every_trace(work):
         (["empty"], "no traces (*.trace.json or *.trace.json.gz) under empty"),
         (["traces/nothing*.json"], "no traces (*.trace.json or *.trace.json.gz) match traces/nothing*.json"),
         (["traces", "-j", "0"], "invalid value '0'"),
+        (["traces", "-a", "missing.json"], "missing.json"),
     ],
 )
 def test_bad_requests(work, args, message):

@@ -11,7 +11,7 @@ use cgfast_core::recover::Recover;
 use crate::progress::Progress;
 
 #[derive(Clone, Copy, clap::ValueEnum)]
-pub(crate) enum RecoverArg {
+enum RecoverArg {
     /// Only for replays whose events carry no `graph node id`.
     Auto,
     Always,
@@ -109,7 +109,7 @@ pub fn run(args: Args) -> Result<(), String> {
     Ok(())
 }
 
-pub(crate) fn load(trace: &Path, explicit: Option<&Path>) -> Result<(PathBuf, Annotations), String> {
+fn load(trace: &Path, explicit: Option<&Path>) -> Result<(PathBuf, Annotations), String> {
     let path = match explicit {
         Some(p) => p.to_path_buf(),
         None => discover_annotations(trace).ok_or_else(|| annotations_not_found(trace))?,

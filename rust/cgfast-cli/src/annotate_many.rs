@@ -69,6 +69,9 @@ pub fn run(args: &Args) -> Result<(), String> {
     }
     let traces = inputs::find(&args.traces, Wanted::Traces)?;
     let files = AnnotationFiles::default();
+    if let Some(shared) = &args.annotations {
+        files.get(shared)?;
+    }
     let progress = Files::new("annotating", &traces, !args.no_progress, 0);
     let jobs = parallel::threads(args.jobs.unwrap_or(0) as usize).min(traces.len().max(1));
     let results = parallel::map(
