@@ -37,22 +37,22 @@ def generate(root: Path, files: int, mb: float, gzipped: bool) -> dict:
         return json.loads(manifest_path.read_text())
     shutil.rmtree(root, ignore_errors=True)
     traces_dir = root / "traces"
-    annotations_by_rank: dict[int, dict] = {}
+    generated_by_rank: dict[int, tuple] = {}
     json_bytes = 0
     for k in range(files):
         step, rank = divmod(k, RANKS_PER_STEP)
         step_dir = traces_dir / f"step_{step + 1}"
         step_dir.mkdir(parents=True, exist_ok=True)
         path = step_dir / f"{rank:06d}.1.pt.trace.json{'.gz' if gzipped else ''}"
-        annotations_by_rank[rank] = gen_trace.generate(path, mb, seed=rank)
+        generated_by_rank[rank] = gen_trace.generate(path, mb, seed=rank)
         opener = gzip.open if gzipped else open
         with opener(path, "rb") as f:
             json_bytes += sum(len(chunk) for chunk in iter(lambda: f.read(1 << 20), b""))
         print(f"  generated {path.relative_to(root)}", file=sys.stderr)
-    for rank, annotations in annotations_by_rank.items():
+    for rank, (annotations, topology) in generated_by_rank.items():
         staging = root / "staging"
         staging.mkdir(exist_ok=True)
-        json_path, _ = gen_trace.write_annotations(staging, annotations)
+        json_path, _ = gen_trace.write_annotations(staging, annotations, topology)
         json_path.rename(traces_dir / f"kernel_annotations_rank{rank}_1.json")
         shutil.rmtree(staging)
     traces = sorted(str(p) for p in traces_dir.rglob("*.pt.trace.json*") if ".annotated." not in p.name)

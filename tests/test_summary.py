@@ -149,10 +149,11 @@ def attributed(intervals):
     return share
 
 
-def test_a_synthetic_replay_trace_against_a_plain_python_reckoning(tmp_path):
+@pytest.mark.parametrize("node_ids", [True, False], ids=["node ids", "ids recovered from the topology"])
+def test_a_synthetic_replay_trace_against_a_plain_python_reckoning(tmp_path, node_ids):
     raw = tmp_path / "gen.pt.trace.json"
-    annotations = gen_trace.generate(raw, 0.6, graphs=2, nodes=40)
-    annotations_file, _ = gen_trace.write_annotations(tmp_path, annotations)
+    annotations, topology = gen_trace.generate(raw, 0.6, graphs=2, nodes=40, node_ids=node_ids)
+    annotations_file, _ = gen_trace.write_annotations(tmp_path, annotations, topology)
     out = tmp_path / "gen.pt.trace.annotated.json"
     run = cgfast("annotate", raw, "-a", annotations_file, "-o", out)
     assert run.returncode == 0, run.stderr

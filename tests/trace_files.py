@@ -46,16 +46,16 @@ def training_job(root: Path, steps: Sequence[int] = (1, 2), ranks: Sequence[int]
     traces_dir = root / "traces"
     traces = []
     for rank in ranks:
-        annotations: Optional[dict] = None
+        generated: Optional[tuple] = None
         for step in steps:
             step_dir = traces_dir / f"step_{step}"
             step_dir.mkdir(parents=True, exist_ok=True)
             path = step_dir / f"{rank:06d}.7.pt.trace.json.gz"
-            annotations = gen_trace.generate(path, mb, seed=rank)
+            generated = gen_trace.generate(path, mb, seed=rank)
             traces.append(path)
         staging = root / f"rank{rank}"
         staging.mkdir()
-        json_path, _ = gen_trace.write_annotations(staging, annotations)
+        json_path, _ = gen_trace.write_annotations(staging, *generated)
         json_path.rename(traces_dir / f"kernel_annotations_rank{rank}_1.json")
         shutil.rmtree(staging)
     return sorted(traces)
