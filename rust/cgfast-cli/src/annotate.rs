@@ -20,14 +20,19 @@ enum RecoverArg {
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The profiler trace (.json or .json.gz; gzip is recognised by its content).
-    trace: PathBuf,
-    /// Kernel annotations (.json, .json.gz or a PyTorch .pkl); found beside the trace when omitted.
+    /// The profiler trace (.json or .json.gz; gzip is recognised by its content); or
+    /// several, directories (searched for *.trace.json[.gz]) and glob patterns.
+    #[arg(required = true, value_name = "TRACE")]
+    pub(crate) traces: Vec<PathBuf>,
+    /// Kernel annotations (.json, .json.gz or a PyTorch .pkl); found beside each trace when omitted.
     #[arg(short, long)]
-    annotations: Option<PathBuf>,
-    /// Where to write the result [default: <trace>.annotated.json[.gz]].
+    pub(crate) annotations: Option<PathBuf>,
+    /// Where to write the result [default: <trace>.annotated.json[.gz]]; only for one trace.
     #[arg(short, long)]
-    output: Option<PathBuf>,
+    pub(crate) output: Option<PathBuf>,
+    /// Traces annotated at once, with several [default: one per core].
+    #[arg(short, long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) jobs: Option<u32>,
     /// The lane of graphed events that no annotation puts elsewhere.
     #[arg(long, default_value_t = 7, allow_negative_numbers = true)]
     default_stream: i64,
@@ -45,35 +50,53 @@ pub struct Args {
     gzip_level: u32,
     /// Print the summary as one JSON object.
     #[arg(long)]
-    json: bool,
-    /// List every large overlap.
+    pub(crate) json: bool,
+    /// List every large overlap (with several traces: a line per trace).
     #[arg(short, long)]
-    verbose: bool,
+    pub(crate) verbose: bool,
     /// Never show a progress bar.
     #[arg(long)]
-    no_progress: bool,
+    pub(crate) no_progress: bool,
+}
+
+impl Args {
+    pub(crate) fn options(&self) -> Options {
+        Options {
+            default_stream: self.default_stream,
+            overlap_stream: self.overlap_stream,
+            max_adjust_us: self.max_adjust_us,
+            recover: match self.recover {
+                RecoverArg::Auto => Recover::Auto,
+                RecoverArg::Always => Recover::Always,
+                RecoverArg::Never => Recover::Never,
+            },
+            gzip_level: self.gzip_level,
+        }
+    }
+
+    /// The one trace to annotate as before, unless several (or a directory or a
+    /// pattern) are given.
+    fn single_trace(&self) -> Option<PathBuf> {
+        match self.traces.as_slice() {
+            [one] if one.is_file() || !(one.is_dir() || one.to_str().is_some_and(|t| t.contains(['*', '?', '[']))) => Some(one.clone()),
+            _ => None,
+        }
+    }
 }
 
 pub fn run(args: Args) -> Result<(), String> {
     if !args.max_adjust_us.is_finite() || args.max_adjust_us < 0.0 {
         return Err(format!("--max-adjust-us must be a non-negative number, not {}", args.max_adjust_us));
     }
-    let (annotations_path, annotations) = load(&args.trace, args.annotations.as_deref())?;
-    let output = args.output.clone().unwrap_or_else(|| default_output(&args.trace));
-    let options = Options {
-        default_stream: args.default_stream,
-        overlap_stream: args.overlap_stream,
-        max_adjust_us: args.max_adjust_us,
-        recover: match args.recover {
-            RecoverArg::Auto => Recover::Auto,
-            RecoverArg::Always => Recover::Always,
-            RecoverArg::Never => Recover::Never,
-        },
-        gzip_level: args.gzip_level,
+    let Some(trace) = args.single_trace() else {
+        return crate::annotate_many::run(&args);
     };
-    let input_len = std::fs::metadata(&args.trace).map(|m| m.len()).unwrap_or(0);
+    let (annotations_path, annotations) = load(&trace, args.annotations.as_deref())?;
+    let output = args.output.clone().unwrap_or_else(|| default_output(&trace));
+    let options = args.options();
+    let input_len = std::fs::metadata(&trace).map(|m| m.len()).unwrap_or(0);
     let mut progress = Progress::new(input_len, !args.no_progress);
-    let result = pipeline::annotate_file(&args.trace, &annotations, &output, &options, &mut |phase, done, total| {
+    let result = pipeline::annotate_file(&trace, &annotations, &output, &options, &mut |phase, done, total| {
         progress.update(phase, done, total)
     });
     progress.clear();
@@ -89,15 +112,17 @@ pub fn run(args: Args) -> Result<(), String> {
 fn load(trace: &Path, explicit: Option<&Path>) -> Result<(PathBuf, Annotations), String> {
     let path = match explicit {
         Some(p) => p.to_path_buf(),
-        None => discover_annotations(trace).ok_or_else(|| {
-            format!("could not find the annotations of {} (kernel_annotations_rank<R>_*.json or .pkl beside it or one level up); use -a to name them", trace.display())
-        })?,
+        None => discover_annotations(trace).ok_or_else(|| annotations_not_found(trace))?,
     };
     let annotations = annotation_file::read(&path)?;
     Ok((path, annotations))
 }
 
-fn thousands(n: u64) -> String {
+pub(crate) fn annotations_not_found(trace: &Path) -> String {
+    format!("could not find the annotations of {} (kernel_annotations_rank<R>_*.json or .pkl beside it or one level up); use -a to name them", trace.display())
+}
+
+pub(crate) fn thousands(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {

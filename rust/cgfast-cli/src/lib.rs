@@ -2,7 +2,11 @@
 //! this same code in-process.
 
 mod annotate;
+mod annotate_many;
+mod files_progress;
 mod progress;
+mod summary;
+mod summary_table;
 
 use std::ffi::OsString;
 
@@ -20,9 +24,12 @@ enum Command {
     /// Join kernel annotations into a trace, give lanes, drop replicated noise, move
     /// overlapping kernels to their own lane and repair timestamp jitter.
     Annotate(annotate::Args),
+    /// Where the GPU time of graph replays goes: per value of an annotation key, its
+    /// kernels, time and share of the busy time, from one or more annotated traces.
+    Summary(summary::Args),
 }
 
-const SUBCOMMANDS: &[&str] = &["annotate", "help"];
+const SUBCOMMANDS: &[&str] = &["annotate", "summary", "help"];
 
 /// Run the command line; returns the process exit status.
 pub fn run<I, T>(argv: I) -> i32
@@ -46,6 +53,7 @@ where
     };
     let result = std::panic::catch_unwind(|| match cli.command {
         Command::Annotate(a) => annotate::run(a),
+        Command::Summary(a) => summary::run(a),
     });
     match result {
         Ok(Ok(())) => 0,

@@ -14,7 +14,7 @@ use pyo3::types::{PyDict, PyString};
 use crate::convert::{annotations_of, graphs_to_py, json_to_py, value_to_py};
 use crate::TraceError;
 
-fn path_of(obj: &Bound<'_, PyAny>) -> PyResult<Option<PathBuf>> {
+pub(crate) fn path_of(obj: &Bound<'_, PyAny>) -> PyResult<Option<PathBuf>> {
     if obj.is_none() {
         return Ok(None);
     }

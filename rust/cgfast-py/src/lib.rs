@@ -3,6 +3,7 @@
 mod convert;
 mod dict_passes;
 mod file_api;
+mod summary_api;
 
 use pyo3::prelude::*;
 
@@ -19,5 +20,7 @@ fn _cgfast(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(file_api::read_annotations, m)?)?;
     m.add_function(wrap_pyfunction!(file_api::write_annotations, m)?)?;
     m.add_function(wrap_pyfunction!(file_api::run_cli, m)?)?;
+    m.add_function(wrap_pyfunction!(summary_api::summary_report, m)?)?;
+    m.add_function(wrap_pyfunction!(summary_api::find_traces, m)?)?;
     Ok(())
 }

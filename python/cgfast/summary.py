@@ -1,0 +1,84 @@
+"""Where the GPU time of graph replays goes, per value of an annotation key.
+
+The numbers are computed by the Rust core (the same as ``cgfast summary``):
+
+- ``busy_us`` of the whole: the union of the graphed kernels' ``[ts, ts + dur)`` over
+  all lanes, per trace and GPU, so kernels that overlap on different streams count once;
+- ``attributed_us`` of a value: every instant of busy time split equally among the
+  kernels running then, summed over the value's kernels; ``share`` is that over the
+  busy time, so the shares of all values (unannotated kernels included) sum to 1;
+- ``busy_us`` of a value: the union of its own kernels (what it takes if nothing else
+  ran); ``total_us``: the sum of their ``dur``.
+
+Importing this module imports neither pandas nor torch.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Iterable, List, Optional, Union
+
+from cgfast import _cgfast
+
+PathLike = Union[str, "os.PathLike[str]"]
+Paths = Union[PathLike, Iterable[PathLike]]
+
+
+def summary_report(
+    paths: Paths,
+    by: str = "name",
+    steps: bool = False,
+    *,
+    top: int = 3,
+    jobs: Optional[int] = None,
+    chart: Optional[PathLike] = None,
+) -> Dict[str, Any]:
+    """The whole report as a dict, as ``cgfast summary --format json`` prints it (with
+    ``replay_rows`` added when ``steps``). ``paths``: annotated traces, directories
+    (searched for ``*.annotated.json[.gz]``) or glob patterns; ``chart``: also write a
+    ``.svg`` or ``.html`` chart there. Raises ``cgfast.TraceError`` naming every trace
+    that cannot be read."""
+    return _cgfast.summary_report(paths, by=by, steps=steps, top=top, jobs=jobs or 0, chart=chart)
+
+
+def summarize(
+    paths: Paths,
+    by: str = "name",
+    steps: bool = False,
+    *,
+    top: int = 3,
+    jobs: Optional[int] = None,
+    chart: Optional[PathLike] = None,
+    frame: bool = False,
+) -> Union[List[Dict[str, Any]], "Any"]:
+    """Rows of the summary of ``paths`` grouped by ``args[by]``, largest share first.
+
+    Without ``steps``, a row per value: ``value`` (None for graphed kernels without the
+    key), ``kernels``, ``total_us``, ``mean_us``, ``busy_us``, ``attributed_us``,
+    ``share`` and ``top_kernels`` (``[{name, kernels, total_us}]``, ``top`` of them).
+    With ``steps``, a row per value per replay: ``trace``, ``replay`` (the
+    correlation id), ``value``, ``kernels``, ``total_us``, ``busy_us``,
+    ``attributed_us``, ``share`` (of the replay's busy time), ``replay_start_us``,
+    ``replay_span_us``, ``replay_busy_us``.
+
+    ``frame=True`` returns a pandas DataFrame of the rows instead (pandas is needed
+    only then).
+    """
+    if frame:
+        pandas = _pandas()
+    report = summary_report(paths, by, steps, top=top, jobs=jobs, chart=chart)
+    rows = report["replay_rows"] if steps else report["rows"]
+    return pandas.DataFrame(rows) if frame else rows
+
+
+def summarize_frame(paths: Paths, by: str = "name", steps: bool = False, **options: Any) -> "Any":
+    """:func:`summarize` as a pandas DataFrame."""
+    return summarize(paths, by, steps, frame=True, **options)
+
+
+def _pandas() -> Any:
+    try:
+        import pandas
+    except ImportError as e:
+        raise ImportError("a DataFrame needs pandas: pip install pandas (or cgfast[pandas]); summarize() without frame=True returns plain rows") from e
+    return pandas

@@ -1,0 +1,95 @@
+//! `cgfast summary`: where the GPU time of graph replays goes, per annotation value.
+
+use std::path::PathBuf;
+
+use cgfast_core::inputs::{self, Wanted};
+use cgfast_core::summary::{chart, summarize_files, Options};
+
+use crate::files_progress::Files;
+use crate::summary_table;
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Format {
+    /// Aligned columns, for reading.
+    Table,
+    /// One line per value (with --steps: per value and replay).
+    Csv,
+    /// The whole report as one JSON object.
+    Json,
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Annotated traces (.json or .json.gz), directories (searched for
+    /// *.annotated.json[.gz]) or glob patterns; several are added up.
+    #[arg(required = true, value_name = "TRACE")]
+    traces: Vec<PathBuf>,
+    /// The args key kernels are grouped by (name, module, or any key the annotations wrote).
+    #[arg(long, value_name = "KEY", default_value = "name")]
+    by: String,
+    #[arg(long, value_enum, default_value = "table")]
+    format: Format,
+    /// Also per replay (per args.correlation), with the spread of each value across replays.
+    #[arg(long)]
+    steps: bool,
+    /// Kernel names listed for each value.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    top: usize,
+    /// Also write a chart: a .svg, or a .html page with the chart and the table.
+    #[arg(long, value_name = "FILE")]
+    chart: Option<PathBuf>,
+    /// Traces read at once [default: one per core].
+    #[arg(short, long, value_parser = clap::value_parser!(u32).range(1..))]
+    jobs: Option<u32>,
+    /// Never show a progress bar.
+    #[arg(long)]
+    no_progress: bool,
+}
+
+/// Inputs this large show a progress bar (on a terminal).
+const LARGE: u64 = 64 << 20;
+
+pub fn run(args: Args) -> Result<(), String> {
+    if args.by.is_empty() {
+        return Err("--by needs a key of args (name, module, ...)".into());
+    }
+    if let Some(chart) = &args.chart {
+        let ext = chart.extension().map(|e| e.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
+        if !matches!(ext.as_str(), "svg" | "html" | "htm") {
+            return Err(format!("{}: the chart must be a .svg or .html file", chart.display()));
+        }
+    }
+    let traces = inputs::find(&args.traces, Wanted::Annotated)?;
+    let options = Options { by: args.by.clone(), steps: args.steps, top: args.top };
+    let progress = Files::new("reading", &traces, !args.no_progress, LARGE);
+    let (summary, failures) = summarize_files(&traces, &options, args.jobs.unwrap_or(0) as usize, &progress);
+    progress.clear();
+    if let [only] = failures.as_slice() {
+        if traces.len() == 1 {
+            return Err(only.clone());
+        }
+    }
+    for failure in &failures {
+        eprintln!("cgfast: failed: {failure}");
+    }
+    if summary.traces.is_empty() {
+        return Err(format!("none of the {} traces could be read", failures.len()));
+    }
+    if summary.totals().kernels == 0 {
+        eprintln!("cgfast: note: no graphed kernels (work with a graph node id other than 0); summary reads the outputs of cgfast annotate");
+    }
+    let rows = summary.rows(args.top);
+    match args.format {
+        Format::Table => summary_table::print_table(&summary, &rows),
+        Format::Csv => summary_table::print_csv(&summary, &rows),
+        Format::Json => summary_table::print_json(&summary, args.top),
+    }
+    if let Some(path) = &args.chart {
+        chart::write(path, &summary, &rows)?;
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{} of {} traces could not be read", failures.len(), traces.len()))
+    }
+}

@@ -1,0 +1,296 @@
+//! The summary as aligned text and as CSV.
+
+use std::io::Write;
+
+use cgfast_core::summary::time::Spread;
+use cgfast_core::summary::{Row, Summary};
+use serde_json::Value as Json;
+
+use crate::annotate::thousands;
+
+const UNANNOTATED: &str = "(unannotated)";
+
+/// `void ns::(anonymous namespace)::kernel<float, 4>(int, float*)` as `kernel`:
+/// enough to tell kernels apart in a column.
+pub fn short_kernel_name(name: &str) -> String {
+    if !name.contains("::") && !name.contains('<') {
+        return name.to_string();
+    }
+    let name = name.strip_prefix("void ").unwrap_or(name).replace("(anonymous namespace)", "");
+    let mut outside = String::new();
+    let mut depth = 0usize;
+    for c in name.chars() {
+        match c {
+            '<' | '(' => depth += 1,
+            '>' | ')' => depth = depth.saturating_sub(1),
+            c if depth == 0 => outside.push(c),
+            _ => {}
+        }
+    }
+    let last = outside.rsplit("::").find(|part| !part.trim().is_empty()).unwrap_or("").trim();
+    if last.is_empty() {
+        name.to_string()
+    } else {
+        last.to_string()
+    }
+}
+
+fn clip(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        text.to_string()
+    } else {
+        format!("{}…", text.chars().take(max - 1).collect::<String>())
+    }
+}
+
+/// Keep the end of a value: the most specific part of a module path.
+fn clip_start(text: &str, max: usize) -> String {
+    let n = text.chars().count();
+    if n <= max {
+        text.to_string()
+    } else {
+        format!("…{}", text.chars().skip(n - (max - 1)).collect::<String>())
+    }
+}
+
+/// Columns: text ones (`left`) flush left, the rest flush right.
+fn print_columns(out: &mut impl Write, headers: &[&str], left: &[bool], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut text = String::from(" ");
+        for (k, cell) in cells.iter().enumerate() {
+            let pad = " ".repeat(widths[k] - cell.chars().count());
+            text.push(' ');
+            if left[k] {
+                text.push_str(cell);
+                if k + 1 < cells.len() {
+                    text.push_str(&pad);
+                }
+            } else {
+                text.push_str(&pad);
+                text.push_str(cell);
+            }
+            text.push(' ');
+        }
+        text.trim_end().to_string()
+    };
+    let _ = writeln!(out, "{}", line(headers.to_vec()));
+    for row in rows {
+        let _ = writeln!(out, "{}", line(row.iter().map(String::as_str).collect()));
+    }
+}
+
+fn ms(us: f64) -> String {
+    format!("{:.3}", us / 1000.0)
+}
+
+fn percent(fraction: f64) -> String {
+    format!("{:.1}%", fraction * 100.0)
+}
+
+fn spread_text(s: &Spread) -> String {
+    format!("median {:.3} µs (min {:.3}, max {:.3}, stdev {:.3}) over {} replays", s.median, s.min, s.max, s.stdev, s.count)
+}
+
+pub fn print_table(summary: &Summary, rows: &[Row]) {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let t = summary.totals();
+    let traces = if t.traces == 1 { "1 trace".to_string() } else { format!("{} traces", t.traces) };
+    let _ = writeln!(out, "cgfast summary by args.{}: {traces}, {} graphed kernels in {} replays", summary.by, thousands(t.kernels), thousands(t.replays));
+    let _ = writeln!(out, "  busy           {} ms of GPU time (overlapping kernels counted once; kernel time {} ms)", ms(t.busy_us), ms(t.total_us));
+    let _ = writeln!(
+        out,
+        "  annotated      {} of busy time; unannotated: {} kernels, {} ms",
+        percent(t.coverage),
+        thousands(t.unannotated_kernels),
+        ms(t.unannotated_us)
+    );
+    if t.ungraphed_kernels > 0 {
+        let _ = writeln!(out, "  not graphed    {} kernels, {} ms (not counted)", thousands(t.ungraphed_kernels), ms(t.ungraphed_us));
+    }
+    if t.unusable_events > 0 {
+        let _ = writeln!(out, "  unusable       {} graphed events without a numeric ts and dur (not counted)", thousands(t.unusable_events));
+    }
+    if summary.steps {
+        let (busy, span) = summary.replay_spread();
+        let _ = writeln!(out, "  replay busy    {}", spread_text(&busy));
+        let _ = writeln!(out, "  replay span    {}", spread_text(&span));
+    }
+    let _ = writeln!(out);
+
+    let mut headers = vec![summary.by.as_str(), "kernels", "total ms", "mean µs", "own busy ms", "attributed ms", "share"];
+    if summary.steps {
+        headers.extend(["replays", "median µs/replay", "min", "max", "stdev"]);
+    }
+    headers.push("top kernel");
+    let mut left = vec![false; headers.len()];
+    left[0] = true;
+    *left.last_mut().expect("columns") = true;
+    let table: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let mut cells = vec![
+                clip_start(r.value.as_deref().unwrap_or(UNANNOTATED), 60),
+                thousands(r.kernels),
+                ms(r.total_us),
+                format!("{:.3}", r.mean_us),
+                ms(r.busy_us),
+                ms(r.attributed_us),
+                percent(r.share),
+            ];
+            if let Some(s) = &r.per_replay {
+                cells.extend([
+                    thousands(s.count as u64),
+                    format!("{:.3}", s.median),
+                    format!("{:.3}", s.min),
+                    format!("{:.3}", s.max),
+                    format!("{:.3}", s.stdev),
+                ]);
+            }
+            cells.push(match r.top_kernels.first() {
+                Some((name, n)) => format!("{} ({:.0}%)", clip(&short_kernel_name(name), 48), 100.0 * n.total_ns as f64 / 1000.0 / r.total_us.max(1e-9)),
+                None => String::new(),
+            });
+            cells
+        })
+        .collect();
+    print_columns(&mut out, &headers, &left, &table);
+
+    if summary.steps {
+        let _ = writeln!(out);
+        let with_trace = summary.traces.len() > 1;
+        let mut headers = vec!["replay", "start µs", "kernels", "busy µs", "span µs", "largest value"];
+        let mut left = vec![false, false, false, false, false, true];
+        if with_trace {
+            headers.insert(0, "trace");
+            left.insert(0, true);
+        }
+        let table: Vec<Vec<String>> = summary
+            .replays
+            .iter()
+            .map(|r| {
+                let largest = r.values.first().map_or(String::new(), |v| {
+                    format!("{} ({:.0}%)", clip_start(v.value.as_deref().unwrap_or(UNANNOTATED), 48), 100.0 * v.attributed_ns / (r.busy_ns as f64).max(1e-9))
+                });
+                let mut cells = vec![
+                    r.correlation.to_string(),
+                    format!("{:.3}", r.start_ns as f64 / 1000.0),
+                    thousands(r.kernels),
+                    format!("{:.3}", r.busy_ns as f64 / 1000.0),
+                    format!("{:.3}", (r.end_ns - r.start_ns) as f64 / 1000.0),
+                    largest,
+                ];
+                if with_trace {
+                    let path = &summary.traces[r.trace].path;
+                    cells.insert(0, path.file_name().map_or(path.display().to_string(), |n| n.to_string_lossy().into_owned()));
+                }
+                cells
+            })
+            .collect();
+        print_columns(&mut out, &headers, &left, &table);
+    }
+}
+
+fn csv_field(text: &str) -> String {
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_string()
+    }
+}
+
+/// Times (`*_us`) to the nanosecond, shares to six decimals.
+fn csv_cell(column: &str, v: &Json) -> String {
+    match v {
+        Json::Null => String::new(),
+        Json::String(s) => csv_field(s),
+        Json::Number(n) if n.is_f64() => {
+            let f = n.as_f64().expect("a float");
+            let text = if column.ends_with("_us") { format!("{f:.3}") } else { format!("{f:.6}") };
+            text.trim_end_matches('0').trim_end_matches('.').to_string()
+        }
+        Json::Number(n) => n.to_string(),
+        other => csv_field(&other.to_string()),
+    }
+}
+
+fn print_records(columns: &[&str], records: &[Json]) {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let _ = writeln!(out, "{}", columns.join(","));
+    for r in records {
+        let cells: Vec<String> = columns.iter().map(|c| csv_cell(c, &r[*c])).collect();
+        let _ = writeln!(out, "{}", cells.join(","));
+    }
+}
+
+/// Without `steps`, a line per value; with it, a line per value per replay. The value
+/// of unannotated kernels is empty; `top_kernels` is a JSON list.
+pub fn print_json(summary: &Summary, top: usize) {
+    let text = serde_json::to_string_pretty(&summary.to_json(top)).expect("JSON of a report");
+    let _ = writeln!(std::io::stdout().lock(), "{text}");
+}
+
+pub fn print_csv(summary: &Summary, rows: &[Row]) {
+    if summary.steps {
+        let columns =
+            ["trace", "replay", "value", "kernels", "total_us", "busy_us", "attributed_us", "share", "replay_start_us", "replay_span_us", "replay_busy_us"];
+        print_records(&columns, &summary.replay_rows());
+    } else {
+        let columns = ["value", "kernels", "total_us", "mean_us", "busy_us", "attributed_us", "share", "top_kernels"];
+        print_records(&columns, &rows.iter().map(Row::to_json).collect::<Vec<_>>());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_names_are_shortened_to_the_function() {
+        let cases = [
+            ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float, false>(int, float, float const*)", "vectorized_layer_norm_kernel"),
+            ("void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::CUDAFunctor_add<float> >(at::TensorIteratorBase&)::{lambda(int)#1}>(int)", "elementwise_kernel"),
+            ("void (anonymous namespace)::softmax_warp_forward<float, float, float, 7, false, false>(float*, float const*, int)", "softmax_warp_forward"),
+            ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize64x64x8_stage3", "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize64x64x8_stage3"),
+            ("Memcpy DtoD (Device -> Device)", "Memcpy DtoD (Device -> Device)"),
+            ("triton_poi_fused_add_0", "triton_poi_fused_add_0"),
+        ];
+        for (name, short) in cases {
+            assert_eq!(short_kernel_name(name), short, "{name}");
+        }
+    }
+
+    #[test]
+    fn csv_quotes_what_needs_it() {
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(csv_cell("share", &serde_json::json!(0.1 + 0.2)), "0.3");
+        assert_eq!(csv_cell("share", &serde_json::json!(0.1234567)), "0.123457");
+        assert_eq!(csv_cell("total_us", &serde_json::json!(12.5)), "12.5");
+        assert_eq!(csv_cell("start_us", &serde_json::json!(5361804758583.654)), "5361804758583.654");
+        assert_eq!(csv_cell("total_us", &serde_json::json!(3.0)), "3");
+        assert_eq!(csv_cell("kernels", &serde_json::json!(7)), "7");
+        assert_eq!(csv_cell("value", &Json::Null), "");
+        assert_eq!(csv_cell("top_kernels", &serde_json::json!([{"name": "k"}])), "\"[{\"\"name\"\":\"\"k\"\"}]\"");
+    }
+
+    #[test]
+    fn columns_line_up() {
+        let mut out = Vec::new();
+        print_columns(
+            &mut out,
+            &["v", "n", "k"],
+            &[true, false, true],
+            &[vec!["long value".into(), "1".into(), "x".into()], vec!["a".into(), "1,000".into(), "y".into()]],
+        );
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text, "  v               n  k\n  long value      1  x\n  a           1,000  y\n");
+    }
+}

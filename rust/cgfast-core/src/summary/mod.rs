@@ -1,0 +1,512 @@
+//! Where the GPU time of graph replays goes, per value of an annotation key.
+//!
+//! Only graphed work counts (kernels, memcpys and memsets whose `args["graph node
+//! id"]` is present and not 0). Definitions, per trace and GPU (`pid`), summed over
+//! GPUs and traces:
+//! - *busy time*: the length of the union of the kernels' `[ts, ts + dur)`, over all
+//!   lanes, so kernels overlapping on different streams count once;
+//! - *attributed time* of a kernel: each instant of busy time split equally among
+//!   the kernels running then; the attributed times of all kernels sum to the busy
+//!   time, and a value's *share* is its kernels' attributed time over the busy time,
+//!   so the shares of all values (the unannotated ones included) sum to 100%;
+//! - a value's own *busy time*: the union of its kernels alone (what it would take
+//!   if nothing else ran; these may sum to more than the busy time).
+
+pub mod chart;
+pub mod read;
+pub mod time;
+
+use std::path::{Path, PathBuf};
+
+use rustc_hash::FxHashMap as HashMap;
+use serde_json::{json, Value as Json};
+
+use crate::parallel::FilesProgress;
+use read::{Kernel, Kernels, NONE};
+use time::{attribute, union_length, Interval, Spread};
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The `args` key grouped by.
+    pub by: String,
+    /// Also per replay (per `args.correlation`).
+    pub steps: bool,
+    /// Kernel names listed per value.
+    pub top: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { by: "name".into(), steps: false, top: 3 }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NameTotals {
+    pub kernels: u64,
+    pub total_ns: i64,
+}
+
+/// One value's kernels, over every trace summarised.
+#[derive(Clone, Debug, Default)]
+pub struct ValueTotals {
+    pub kernels: u64,
+    /// Σ dur.
+    pub total_ns: i64,
+    pub busy_ns: i64,
+    pub attributed_ns: f64,
+    pub by_name: HashMap<String, NameTotals>,
+    /// Its attributed time in each replay it appears in (with `steps`).
+    pub per_replay_ns: Vec<f64>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct TraceTotals {
+    pub path: PathBuf,
+    pub events: u64,
+    pub kernels: u64,
+    pub total_ns: i64,
+    pub busy_ns: i64,
+    /// Distinct correlations of its graphed kernels.
+    pub replays: u64,
+    pub without_replay: u64,
+    pub ungraphed: u64,
+    pub ungraphed_ns: i64,
+    pub unusable: u64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplayValue {
+    pub value: Option<String>,
+    pub kernels: u64,
+    pub total_ns: i64,
+    pub busy_ns: i64,
+    pub attributed_ns: f64,
+}
+
+/// One replay: the graphed kernels of one correlation of one trace.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Replay {
+    /// Index into [`Summary::traces`].
+    pub trace: usize,
+    pub correlation: i64,
+    pub start_ns: i64,
+    pub end_ns: i64,
+    pub kernels: u64,
+    pub total_ns: i64,
+    pub busy_ns: i64,
+    /// By attributed time, largest first.
+    pub values: Vec<ReplayValue>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    pub by: String,
+    pub steps: bool,
+    pub traces: Vec<TraceTotals>,
+    /// `None`: graphed kernels without the key.
+    pub values: HashMap<Option<String>, ValueTotals>,
+    pub replays: Vec<Replay>,
+}
+
+/// `kernels[i]` for the indices in `idx`, as intervals.
+fn intervals(kernels: &[Kernel], idx: &[u32]) -> Vec<Interval> {
+    idx.iter().map(|&i| Interval { start: kernels[i as usize].start, end: kernels[i as usize].end }).collect()
+}
+
+/// Busy time of the kernels in `idx` (any order): the union per GPU, summed.
+fn busy(kernels: &[Kernel], idx: &mut [u32]) -> i64 {
+    idx.sort_unstable_by_key(|&i| kernels[i as usize].device);
+    runs(idx, |i| kernels[i as usize].device).map(|run| union_length(&mut intervals(kernels, run))).sum()
+}
+
+/// The runs of equal `key` in `idx` (sorted by it).
+fn runs<K: PartialEq>(idx: &[u32], key: impl Fn(u32) -> K) -> impl Iterator<Item = &[u32]> {
+    let mut rest = idx;
+    std::iter::from_fn(move || {
+        let first = *rest.first()?;
+        let k = key(first);
+        let n = rest.iter().position(|&i| key(i) != k).unwrap_or(rest.len());
+        let (run, tail) = rest.split_at(n);
+        rest = tail;
+        Some(run)
+    })
+}
+
+fn text_of(k: &Kernels, value: u32) -> Option<String> {
+    (value != NONE).then(|| k.values.get(value).to_string())
+}
+
+impl Summary {
+    /// The summary of one trace's graphed kernels.
+    pub fn of_trace(path: &Path, k: &Kernels, options: &Options) -> Summary {
+        let kernels = &k.kernels;
+        let mut all: Vec<u32> = (0..kernels.len() as u32).collect();
+        all.sort_unstable_by_key(|&i| kernels[i as usize].device);
+        let mut attributed = vec![0.0; kernels.len()];
+        let mut busy_ns = 0;
+        for run in runs(&all, |i| kernels[i as usize].device) {
+            let mut spans = intervals(kernels, run);
+            for (&i, a) in run.iter().zip(attribute(&spans)) {
+                attributed[i as usize] = a;
+            }
+            busy_ns += union_length(&mut spans);
+        }
+
+        let mut values: HashMap<Option<String>, ValueTotals> = HashMap::default();
+        all.sort_unstable_by_key(|&i| kernels[i as usize].value);
+        for run in runs(&all, |i| kernels[i as usize].value) {
+            let t = values.entry(text_of(k, kernels[run[0] as usize].value)).or_default();
+            for &i in run {
+                let kernel = &kernels[i as usize];
+                t.kernels += 1;
+                t.total_ns += kernel.end - kernel.start;
+                t.attributed_ns += attributed[i as usize];
+                let name = t.by_name.entry(k.names.get(kernel.name).to_string()).or_default();
+                name.kernels += 1;
+                name.total_ns += kernel.end - kernel.start;
+            }
+            t.busy_ns += busy(kernels, &mut run.to_vec());
+        }
+
+        let mut with_replay: Vec<u32> = all.iter().copied().filter(|&i| kernels[i as usize].replay.is_some()).collect();
+        with_replay.sort_unstable_by_key(|&i| (kernels[i as usize].replay, kernels[i as usize].value));
+        let replay_runs = runs(&with_replay, |i| kernels[i as usize].replay);
+        let mut replays = Vec::new();
+        let replay_count = if options.steps {
+            for run in replay_runs {
+                let replay = replay_of(k, run, &attributed);
+                for v in &replay.values {
+                    values.get_mut(&v.value).expect("a value of this trace").per_replay_ns.push(v.attributed_ns);
+                }
+                replays.push(replay);
+            }
+            replays.sort_by_key(|r| (r.start_ns, r.correlation));
+            replays.len()
+        } else {
+            replay_runs.count()
+        };
+
+        let trace = TraceTotals {
+            path: path.to_path_buf(),
+            events: k.events,
+            kernels: kernels.len() as u64,
+            total_ns: kernels.iter().map(|k| k.end - k.start).sum(),
+            busy_ns,
+            replays: replay_count as u64,
+            without_replay: (kernels.len() - with_replay.len()) as u64,
+            ungraphed: k.ungraphed,
+            ungraphed_ns: k.ungraphed_ns,
+            unusable: k.unusable,
+        };
+        Summary { by: options.by.clone(), steps: options.steps, traces: vec![trace], values, replays }
+    }
+
+    /// Add another summary (of other traces) to this one.
+    pub fn merge(&mut self, other: Summary) {
+        let offset = self.traces.len();
+        self.traces.extend(other.traces);
+        for (value, t) in other.values {
+            let mine = self.values.entry(value).or_default();
+            mine.kernels += t.kernels;
+            mine.total_ns += t.total_ns;
+            mine.busy_ns += t.busy_ns;
+            mine.attributed_ns += t.attributed_ns;
+            mine.per_replay_ns.extend(t.per_replay_ns);
+            for (name, n) in t.by_name {
+                let m = mine.by_name.entry(name).or_default();
+                m.kernels += n.kernels;
+                m.total_ns += n.total_ns;
+            }
+        }
+        self.replays.extend(other.replays.into_iter().map(|r| Replay { trace: r.trace + offset, ..r }));
+    }
+
+    pub fn busy_ns(&self) -> i64 {
+        self.traces.iter().map(|t| t.busy_ns).sum()
+    }
+}
+
+/// A replay's totals; `run` holds its kernels sorted by value.
+fn replay_of(k: &Kernels, run: &[u32], attributed: &[f64]) -> Replay {
+    let kernels = &k.kernels;
+    let first = &kernels[run[0] as usize];
+    let mut values: Vec<ReplayValue> = runs(run, |i| kernels[i as usize].value)
+        .map(|v| ReplayValue {
+            value: text_of(k, kernels[v[0] as usize].value),
+            kernels: v.len() as u64,
+            total_ns: v.iter().map(|&i| kernels[i as usize].end - kernels[i as usize].start).sum(),
+            busy_ns: busy(kernels, &mut v.to_vec()),
+            attributed_ns: v.iter().map(|&i| attributed[i as usize]).sum(),
+        })
+        .collect();
+    values.sort_by(|a, b| b.attributed_ns.total_cmp(&a.attributed_ns).then_with(|| a.value.cmp(&b.value)));
+    Replay {
+        trace: 0,
+        correlation: first.replay.expect("replays have a correlation"),
+        start_ns: run.iter().map(|&i| kernels[i as usize].start).min().expect("not empty"),
+        end_ns: run.iter().map(|&i| kernels[i as usize].end).max().expect("not empty"),
+        kernels: run.len() as u64,
+        total_ns: values.iter().map(|v| v.total_ns).sum(),
+        busy_ns: busy(kernels, &mut run.to_vec()),
+        values,
+    }
+}
+
+/// A value's line of the report.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    pub value: Option<String>,
+    pub kernels: u64,
+    pub total_us: f64,
+    pub mean_us: f64,
+    pub busy_us: f64,
+    pub attributed_us: f64,
+    /// attributed / the busy time of all graphed kernels, 0..1.
+    pub share: f64,
+    /// The kernel names that took most of its time (Σ dur), largest first.
+    pub top_kernels: Vec<(String, NameTotals)>,
+    /// Its attributed µs per replay, over the replays it appears in (with `steps`).
+    pub per_replay: Option<Spread>,
+}
+
+fn us(ns: f64) -> f64 {
+    ns / 1000.0
+}
+
+fn us_i(ns: i64) -> f64 {
+    ns as f64 / 1000.0
+}
+
+fn ratio(part: f64, whole: f64) -> f64 {
+    if whole > 0.0 {
+        part / whole
+    } else {
+        0.0
+    }
+}
+
+impl Summary {
+    /// The values, by attributed time, largest first.
+    pub fn rows(&self, top: usize) -> Vec<Row> {
+        let busy = self.busy_ns() as f64;
+        let mut rows: Vec<Row> = self
+            .values
+            .iter()
+            .map(|(value, t)| {
+                let mut names: Vec<(String, NameTotals)> = t.by_name.iter().map(|(n, v)| (n.clone(), *v)).collect();
+                names.sort_by(|a, b| b.1.total_ns.cmp(&a.1.total_ns).then_with(|| a.0.cmp(&b.0)));
+                names.truncate(top);
+                Row {
+                    value: value.clone(),
+                    kernels: t.kernels,
+                    total_us: us_i(t.total_ns),
+                    mean_us: ratio(us_i(t.total_ns), t.kernels as f64),
+                    busy_us: us_i(t.busy_ns),
+                    attributed_us: us(t.attributed_ns),
+                    share: ratio(t.attributed_ns, busy),
+                    top_kernels: names,
+                    per_replay: self.steps.then(|| Spread::of(&mut t.per_replay_ns.iter().map(|&n| us(n)).collect::<Vec<_>>())),
+                }
+            })
+            .collect();
+        rows.sort_by(|a, b| b.attributed_us.total_cmp(&a.attributed_us).then_with(|| b.total_us.total_cmp(&a.total_us)).then_with(|| a.value.cmp(&b.value)));
+        rows
+    }
+
+    pub fn totals(&self) -> Totals {
+        let unannotated = self.values.get(&None);
+        let busy = self.busy_ns();
+        Totals {
+            traces: self.traces.len() as u64,
+            events: self.traces.iter().map(|t| t.events).sum(),
+            kernels: self.traces.iter().map(|t| t.kernels).sum(),
+            replays: self.traces.iter().map(|t| t.replays).sum(),
+            total_us: us_i(self.traces.iter().map(|t| t.total_ns).sum()),
+            busy_us: us_i(busy),
+            unannotated_kernels: unannotated.map_or(0, |u| u.kernels),
+            unannotated_us: unannotated.map_or(0.0, |u| us(u.attributed_ns)),
+            coverage: ratio(self.values.iter().filter(|(v, _)| v.is_some()).map(|(_, t)| t.attributed_ns).sum(), busy as f64).min(1.0),
+            ungraphed_kernels: self.traces.iter().map(|t| t.ungraphed).sum(),
+            ungraphed_us: us_i(self.traces.iter().map(|t| t.ungraphed_ns).sum()),
+            unusable_events: self.traces.iter().map(|t| t.unusable).sum(),
+        }
+    }
+
+    /// Busy time and span per replay, over all replays.
+    pub fn replay_spread(&self) -> (Spread, Spread) {
+        let mut busy: Vec<f64> = self.replays.iter().map(|r| us_i(r.busy_ns)).collect();
+        let mut span: Vec<f64> = self.replays.iter().map(|r| us_i(r.end_ns - r.start_ns)).collect();
+        (Spread::of(&mut busy), Spread::of(&mut span))
+    }
+}
+
+/// The numbers above the rows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Totals {
+    pub traces: u64,
+    pub events: u64,
+    pub kernels: u64,
+    pub replays: u64,
+    /// Σ dur of the graphed kernels.
+    pub total_us: f64,
+    pub busy_us: f64,
+    pub unannotated_kernels: u64,
+    /// Busy time attributed to unannotated kernels.
+    pub unannotated_us: f64,
+    /// Share of the busy time attributed to annotated kernels.
+    pub coverage: f64,
+    pub ungraphed_kernels: u64,
+    pub ungraphed_us: f64,
+    pub unusable_events: u64,
+}
+
+fn spread_json(s: &Spread) -> Json {
+    json!({"count": s.count, "min": s.min, "median": s.median, "max": s.max, "mean": s.mean, "stdev": s.stdev})
+}
+
+impl Row {
+    pub fn to_json(&self) -> Json {
+        let mut v = json!({
+            "value": self.value,
+            "kernels": self.kernels,
+            "total_us": self.total_us,
+            "mean_us": self.mean_us,
+            "busy_us": self.busy_us,
+            "attributed_us": self.attributed_us,
+            "share": self.share,
+            "top_kernels": self.top_kernels.iter().map(|(name, n)| json!({"name": name, "kernels": n.kernels, "total_us": us_i(n.total_ns)})).collect::<Vec<_>>(),
+        });
+        if let Some(s) = &self.per_replay {
+            v["replays"] = json!(s.count);
+            v["replay_min_us"] = json!(s.min);
+            v["replay_median_us"] = json!(s.median);
+            v["replay_max_us"] = json!(s.max);
+            v["replay_stdev_us"] = json!(s.stdev);
+        }
+        v
+    }
+}
+
+impl Summary {
+    /// One row per value per replay, flat (for CSV and data frames).
+    pub fn replay_rows(&self) -> Vec<Json> {
+        let mut rows = Vec::new();
+        for r in &self.replays {
+            let trace = self.traces[r.trace].path.display().to_string();
+            for v in &r.values {
+                rows.push(json!({
+                    "trace": trace,
+                    "replay": r.correlation,
+                    "value": v.value,
+                    "kernels": v.kernels,
+                    "total_us": us_i(v.total_ns),
+                    "busy_us": us_i(v.busy_ns),
+                    "attributed_us": us(v.attributed_ns),
+                    "share": ratio(v.attributed_ns, r.busy_ns as f64),
+                    "replay_start_us": us_i(r.start_ns),
+                    "replay_span_us": us_i(r.end_ns - r.start_ns),
+                    "replay_busy_us": us_i(r.busy_ns),
+                }));
+            }
+        }
+        rows
+    }
+
+    /// The whole report, as `--format json` prints it.
+    pub fn to_json(&self, top: usize) -> Json {
+        let t = self.totals();
+        let mut v = json!({
+            "by": self.by,
+            "totals": {
+                "traces": t.traces,
+                "events": t.events,
+                "kernels": t.kernels,
+                "replays": t.replays,
+                "total_us": t.total_us,
+                "busy_us": t.busy_us,
+                "unannotated_kernels": t.unannotated_kernels,
+                "unannotated_us": t.unannotated_us,
+                "coverage": t.coverage,
+                "ungraphed_kernels": t.ungraphed_kernels,
+                "ungraphed_us": t.ungraphed_us,
+                "unusable_events": t.unusable_events,
+            },
+            "traces": self.traces.iter().map(|t| json!({
+                "path": t.path.display().to_string(),
+                "events": t.events,
+                "kernels": t.kernels,
+                "replays": t.replays,
+                "total_us": us_i(t.total_ns),
+                "busy_us": us_i(t.busy_ns),
+                "kernels_without_correlation": t.without_replay,
+                "ungraphed_kernels": t.ungraphed,
+                "ungraphed_us": us_i(t.ungraphed_ns),
+                "unusable_events": t.unusable,
+            })).collect::<Vec<_>>(),
+            "rows": self.rows(top).iter().map(Row::to_json).collect::<Vec<_>>(),
+        });
+        if self.steps {
+            let (busy, span) = self.replay_spread();
+            v["replay_spread"] = json!({"busy_us": spread_json(&busy), "span_us": spread_json(&span)});
+            v["replays"] = self
+                .replays
+                .iter()
+                .map(|r| {
+                    json!({
+                        "trace": self.traces[r.trace].path.display().to_string(),
+                        "replay": r.correlation,
+                        "start_us": us_i(r.start_ns),
+                        "span_us": us_i(r.end_ns - r.start_ns),
+                        "kernels": r.kernels,
+                        "total_us": us_i(r.total_ns),
+                        "busy_us": us_i(r.busy_ns),
+                        "values": r.values.iter().map(|v| json!({
+                            "value": v.value,
+                            "kernels": v.kernels,
+                            "total_us": us_i(v.total_ns),
+                            "busy_us": us_i(v.busy_ns),
+                            "attributed_us": us(v.attributed_ns),
+                            "share": ratio(v.attributed_ns, r.busy_ns as f64),
+                        })).collect::<Vec<_>>(),
+                    })
+                })
+                .collect();
+        }
+        v
+    }
+}
+
+/// Summarise one trace file.
+pub fn summarize_file(path: &Path, options: &Options, progress: &mut dyn FnMut(u64, u64)) -> Result<Summary, String> {
+    let kernels = read::read(path, &options.by, progress)?;
+    Ok(Summary::of_trace(path, &kernels, options))
+}
+
+/// Summarise `paths` on `jobs` threads (0: one per core): the merged summary of those
+/// that could be read, and one message for each that could not.
+pub fn summarize_files(paths: &[PathBuf], options: &Options, jobs: usize, progress: &dyn FilesProgress) -> (Summary, Vec<String>) {
+    let results = crate::parallel::map(
+        paths,
+        jobs,
+        |i, path| summarize_file(path, options, &mut |done, total| progress.advance(i, done as f64 / total.max(1) as f64)),
+        &mut |i, r| {
+            progress.finished(i, matches!(r, Ok(Ok(_))));
+            progress.show();
+        },
+        &mut || progress.show(),
+    );
+    let mut summary = Summary { by: options.by.clone(), steps: options.steps, ..Summary::default() };
+    let mut failures = Vec::new();
+    for (path, result) in paths.iter().zip(results) {
+        match result {
+            Ok(Ok(s)) => summary.merge(s),
+            Ok(Err(message)) => failures.push(message),
+            Err(panic) => failures.push(format!("{}: {panic}", path.display())),
+        }
+    }
+    (summary, failures)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,256 @@
+//! One streaming read of a trace, keeping only the graphed GPU work: per kernel its
+//! interval, device, replay, annotation value and name.
+
+use std::path::Path;
+
+use crate::events::{self, for_each_event};
+use crate::json::{text_of, Cursor, Scalar, Scan, StrSpan};
+use crate::key::{Num, Strings};
+use crate::trace::Cat;
+
+use super::time::micros_to_nanos;
+
+/// No value: the kernel lacks the annotation key, or has no `correlation`.
+pub const NONE: u32 = u32::MAX;
+
+/// A graphed kernel, memcpy or memset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kernel {
+    pub start: i64,
+    pub end: i64,
+    /// The event's `pid` (its GPU), by id in [`Kernels::devices`].
+    pub device: u32,
+    /// `args.correlation`: the launch (replay) it belongs to; `None` without one.
+    pub replay: Option<i64>,
+    /// `args[KEY]` by id in [`Kernels::values`]; [`NONE`] when unannotated.
+    pub value: u32,
+    /// Its `name`, by id in [`Kernels::names`].
+    pub name: u32,
+}
+
+/// What a read of one trace keeps.
+#[derive(Default, Debug)]
+pub struct Kernels {
+    pub kernels: Vec<Kernel>,
+    pub values: Strings,
+    pub names: Strings,
+    pub devices: Strings,
+    pub events: u64,
+    /// Work events with `graph node id` missing or 0 (eager launches): not summarised.
+    pub ungraphed: u64,
+    pub ungraphed_ns: i64,
+    /// Graphed work events without a usable `ts` and `dur`.
+    pub unusable: u64,
+}
+
+#[derive(Default)]
+struct Fields {
+    cat: Option<Scalar>,
+    name: Option<Scalar>,
+    pid: Option<Scalar>,
+    ts: Option<Scalar>,
+    dur: Option<Scalar>,
+    node: Option<Scalar>,
+    correlation: Option<Scalar>,
+    value: Option<Scalar>,
+}
+
+fn key_is(buf: &[u8], key: StrSpan, want: &[u8]) -> bool {
+    key_bytes(buf, key).as_ref() == want
+}
+
+fn key_bytes(buf: &[u8], key: StrSpan) -> std::borrow::Cow<'_, [u8]> {
+    if key.escaped {
+        std::borrow::Cow::Owned(text_of(buf, key).into_owned().into_bytes())
+    } else {
+        std::borrow::Cow::Borrowed(&buf[key.start..key.end])
+    }
+}
+
+fn read_fields(c: &mut Cursor<'_>, by: &[u8]) -> Scan<Fields> {
+    let mut f = Fields::default();
+    c.object(|c, key| {
+        let buf = c.buf;
+        let slot = match key_bytes(buf, key).as_ref() {
+            b"cat" => &mut f.cat,
+            b"name" => &mut f.name,
+            b"pid" => &mut f.pid,
+            b"ts" => &mut f.ts,
+            b"dur" => &mut f.dur,
+            b"args" if c.peek()? == b'{' => {
+                // A later `args` replaces an earlier one, as a JSON parser would have it.
+                (f.node, f.correlation, f.value) = (None, None, None);
+                return c.object(|c, key| {
+                    let buf = c.buf;
+                    let by_key = key_is(buf, key, by);
+                    let slot = if key_is(buf, key, b"graph node id") {
+                        Some(&mut f.node)
+                    } else if key_is(buf, key, b"correlation") {
+                        Some(&mut f.correlation)
+                    } else {
+                        None
+                    };
+                    if slot.is_none() && !by_key {
+                        return c.skip_value();
+                    }
+                    let v = c.scalar()?;
+                    if by_key {
+                        f.value = Some(v);
+                    }
+                    if let Some(slot) = slot {
+                        *slot = Some(v);
+                    }
+                    Ok(())
+                });
+            }
+            b"args" => {
+                (f.node, f.correlation, f.value) = (None, None, None);
+                return c.skip_value();
+            }
+            _ => return c.skip_value(),
+        };
+        *slot = Some(c.scalar()?);
+        Ok(())
+    })?;
+    Ok(f)
+}
+
+fn number(buf: &[u8], s: Option<Scalar>) -> Option<&[u8]> {
+    match s {
+        Some(Scalar::Number { start, end }) => Some(&buf[start..end]),
+        _ => None,
+    }
+}
+
+/// `args.get("graph node id", 0) != 0`, as the reference decides what is graphed.
+fn graphed(buf: &[u8], node: Option<Scalar>) -> bool {
+    match node {
+        None | Some(Scalar::Bool(false)) => false,
+        Some(Scalar::Number { start, end }) => !matches!(Num::parse(&buf[start..end]), Some(n) if n.as_f64() == 0.0),
+        Some(_) => true,
+    }
+}
+
+/// The text a value is grouped by: strings as they read, anything else as its JSON.
+fn value_text(buf: &[u8], s: Scalar) -> Option<std::borrow::Cow<'_, str>> {
+    match s {
+        Scalar::Null => None,
+        Scalar::Str(span) => Some(text_of(buf, span)),
+        Scalar::Bool(b) => Some(if b { "true" } else { "false" }.into()),
+        Scalar::Number { start, end } | Scalar::Container { start, end } => Some(String::from_utf8_lossy(&buf[start..end])),
+    }
+}
+
+impl Kernels {
+    fn keep(&mut self, buf: &[u8], f: Fields) {
+        self.events += 1;
+        let is_work = match f.cat {
+            Some(Scalar::Str(span)) => Cat::from_name(&text_of(buf, span)).is_work(),
+            _ => false,
+        };
+        if !is_work {
+            return;
+        }
+        let ts = number(buf, f.ts).and_then(micros_to_nanos);
+        let dur = number(buf, f.dur).and_then(micros_to_nanos);
+        if !graphed(buf, f.node) {
+            self.ungraphed += 1;
+            self.ungraphed_ns += dur.unwrap_or(0).max(0);
+            return;
+        }
+        let (Some(start), Some(dur)) = (ts, dur) else {
+            self.unusable += 1;
+            return;
+        };
+        if dur < 0 {
+            self.unusable += 1;
+            return;
+        }
+        let name = match f.name {
+            Some(Scalar::Str(span)) => self.names.intern(&text_of(buf, span)),
+            _ => self.names.intern("?"),
+        };
+        let device = match f.pid.and_then(|p| value_text(buf, p)) {
+            Some(text) => self.devices.intern(&text),
+            None => self.devices.intern(""),
+        };
+        let replay = number(buf, f.correlation).and_then(|t| match Num::parse(t) {
+            Some(Num::Int(i)) => Some(i),
+            _ => None,
+        });
+        let value = match f.value.and_then(|v| value_text(buf, v)) {
+            Some(text) => self.values.intern(&text),
+            None => NONE,
+        };
+        self.kernels.push(Kernel { start, end: start.saturating_add(dur), device, replay, value, name });
+    }
+}
+
+/// Read the graphed work of `path`, grouped later by `args[by]`.
+pub fn read(path: &Path, by: &str, progress: &mut dyn FnMut(u64, u64)) -> Result<Kernels, String> {
+    let mut kept = Kernels::default();
+    let by = by.as_bytes();
+    for_each_event(path, progress, &mut |c| {
+        if c.peek()? != b'{' {
+            kept.events += 1;
+            return c.skip_value();
+        }
+        let fields = read_fields(c, by)?;
+        kept.keep(c.buf, fields);
+        Ok(())
+    })
+    .map_err(|f| events::describe(path, f))?;
+    Ok(kept)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_text(text: &str, by: &str) -> Kernels {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.json");
+        std::fs::write(&path, text).unwrap();
+        read(&path, by, &mut |_, _| {}).unwrap()
+    }
+
+    #[test]
+    fn keeps_graphed_work_only() {
+        let trace = r#"{"traceEvents": [
+            {"ph": "X", "cat": "kernel", "name": "k1", "pid": 0, "tid": 7, "ts": 100.5, "dur": 2, "args": {"correlation": 5, "graph node id": 9, "name": "layer.0"}},
+            {"ph": "X", "cat": "gpu_memcpy", "name": "copy", "pid": 0, "tid": 7, "ts": 103, "dur": 1.25, "args": {"graph node id": 10, "correlation": 5}},
+            {"ph": "X", "cat": "kernel", "name": "eager", "pid": 0, "tid": 7, "ts": 200, "dur": 3, "args": {"graph node id": 0}},
+            {"ph": "X", "cat": "kernel", "name": "eager2", "pid": 0, "tid": 7, "ts": 210, "dur": 4, "args": {}},
+            {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 100, "dur": 50, "args": {"graph node id": 3, "name": "x"}},
+            {"ph": "X", "cat": "kernel", "name": "odd", "pid": 0, "tid": 7, "ts": "late", "dur": 1, "args": {"graph node id": 4}},
+            {"ph": "X", "cat": "kernel", "name": "k\"2", "pid": 1, "tid": 8, "ts": 100, "dur": 1, "args": {"graph node id": 11, "name": {"nested": 1}, "correlation": 6}},
+            [1, 2]
+        ]}"#;
+        let k = read_text(trace, "name");
+        assert_eq!(k.events, 8);
+        assert_eq!((k.ungraphed, k.ungraphed_ns, k.unusable), (2, 7_000, 1));
+        assert_eq!(k.kernels.len(), 3);
+        let first = k.kernels[0];
+        assert_eq!((first.start, first.end, first.replay), (100_500, 102_500, Some(5)));
+        assert_eq!(k.values.get(first.value), "layer.0");
+        assert_eq!(k.names.get(first.name), "k1");
+        assert_eq!(k.kernels[1].value, NONE);
+        assert_eq!(k.values.get(k.kernels[2].value), r#"{"nested": 1}"#);
+        assert_eq!(k.names.get(k.kernels[2].name), "k\"2");
+        assert_ne!(k.kernels[2].device, first.device);
+    }
+
+    #[test]
+    fn groups_by_any_args_key() {
+        let trace = r#"{"traceEvents": [
+            {"c\u0061t": "kernel", "name": "k", "ts": 1, "dur": 1, "args": {"graph node id": 9, "correlation": 3, "stream": 60, "mod\u0075le": "m"}}
+        ]}"#;
+        let by_stream = read_text(trace, "stream");
+        assert_eq!(by_stream.values.get(by_stream.kernels[0].value), "60");
+        let by_module = read_text(trace, "module");
+        assert_eq!(by_module.values.get(by_module.kernels[0].value), "m");
+        let by_correlation = read_text(trace, "correlation");
+        assert_eq!(by_correlation.values.get(by_correlation.kernels[0].value), "3");
+        assert_eq!(by_correlation.kernels[0].replay, Some(3));
+    }
+}

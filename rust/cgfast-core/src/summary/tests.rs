@@ -1,0 +1,202 @@
+//! The summary of a small trace whose numbers are worked out by hand.
+
+use super::*;
+
+/// GPU 0, lanes 7 and 8, and GPU 1; times in µs.
+///
+/// replay 1: a [0,10) lane 7, b [5,15) lane 8, unannotated [20,24) lane 7
+/// replay 2: a [100,110) lane 7, a [100,104) lane 8, b [112,114) lane 7
+/// replay 3: a [0,6) on GPU 1 (overlaps replay 1 in time, but on another GPU)
+/// plus an eager kernel (graph node id 0) and a CPU op, which do not count.
+const TRACE: &str = r#"{"traceEvents": [
+  {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 0, "dur": 10, "args": {"graph node id": 1, "correlation": 1, "name": "a"}},
+  {"ph": "X", "cat": "kernel", "name": "softmax", "pid": 0, "tid": 8, "ts": 5, "dur": 10, "args": {"graph node id": 2, "correlation": 1, "name": "b"}},
+  {"ph": "X", "cat": "gpu_memcpy", "name": "copy", "pid": 0, "tid": 7, "ts": 20, "dur": 4, "args": {"graph node id": 3, "correlation": 1}},
+  {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 100, "dur": 10, "args": {"graph node id": 1, "correlation": 2, "name": "a"}},
+  {"ph": "X", "cat": "kernel", "name": "norm", "pid": 0, "tid": 8, "ts": 100, "dur": 4, "args": {"graph node id": 4, "correlation": 2, "name": "a"}},
+  {"ph": "X", "cat": "kernel", "name": "softmax", "pid": 0, "tid": 7, "ts": 112, "dur": 2, "args": {"graph node id": 2, "correlation": 2, "name": "b"}},
+  {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 1, "tid": 7, "ts": 0, "dur": 6, "args": {"graph node id": 1, "correlation": 3, "name": "a"}},
+  {"ph": "X", "cat": "kernel", "name": "eager", "pid": 0, "tid": 7, "ts": 200, "dur": 3, "args": {"graph node id": 0, "correlation": 9}},
+  {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 5, "tid": 5, "ts": 0, "dur": 500, "args": {"name": "a"}}
+]}"#;
+
+fn summary_of(text: &str, by: &str, steps: bool) -> Summary {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.json");
+    std::fs::write(&path, text).unwrap();
+    summarize_file(&path, &Options { by: by.into(), steps, top: 3 }, &mut |_, _| {}).unwrap()
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}
+
+#[test]
+fn busy_time_counts_overlaps_once_and_shares_sum_to_one() {
+    let s = summary_of(TRACE, "name", false);
+    let t = s.totals();
+    // GPU 0: [0,15) + [20,24) + [100,110) + [112,114) = 31; GPU 1: 6.
+    assert_eq!((t.kernels, t.replays, t.busy_us, t.total_us), (7, 3, 37.0, 46.0));
+    assert_eq!((t.ungraphed_kernels, t.ungraphed_us, t.unannotated_kernels, t.unannotated_us), (1, 3.0, 1, 4.0));
+    assert!(close(t.coverage, 33.0 / 37.0));
+
+    let rows = s.rows(3);
+    let values: Vec<Option<&str>> = rows.iter().map(|r| r.value.as_deref()).collect();
+    assert_eq!(values, vec![Some("a"), Some("b"), None]);
+    let a = &rows[0];
+    // a: 7.5 ([0,5) alone, half of [5,10)) + 8 + 2 ([100,104) split between its own
+    // two kernels, [104,110) alone) + 6 on GPU 1 = 23.5; its own union is 26.
+    assert_eq!((a.kernels, a.total_us, a.mean_us, a.busy_us), (4, 30.0, 7.5, 26.0));
+    assert!(close(a.attributed_us, 23.5) && close(a.share, 23.5 / 37.0));
+    assert_eq!(
+        a.top_kernels,
+        vec![("gemm".to_string(), NameTotals { kernels: 3, total_ns: 26_000 }), ("norm".to_string(), NameTotals { kernels: 1, total_ns: 4_000 })]
+    );
+    let b = &rows[1];
+    assert_eq!((b.kernels, b.total_us, b.busy_us), (2, 12.0, 12.0));
+    assert!(close(b.attributed_us, 9.5));
+    let none = &rows[2];
+    assert_eq!((none.kernels, none.total_us, none.busy_us, none.attributed_us), (1, 4.0, 4.0, 4.0));
+    assert!(close(rows.iter().map(|r| r.share).sum::<f64>(), 1.0));
+    assert!(rows.iter().all(|r| r.per_replay.is_none()));
+    assert!(s.replays.is_empty());
+}
+
+#[test]
+fn per_replay_totals_and_spread() {
+    let s = summary_of(TRACE, "name", true);
+    let got: Vec<(i64, i64, i64, u64, i64)> = s.replays.iter().map(|r| (r.correlation, r.start_ns, r.end_ns, r.kernels, r.busy_ns)).collect();
+    assert_eq!(got, vec![(1, 0, 24_000, 3, 19_000), (3, 0, 6_000, 1, 6_000), (2, 100_000, 114_000, 3, 12_000)]);
+    let r2 = &s.replays[2];
+    assert_eq!(r2.values.len(), 2);
+    assert_eq!((r2.values[0].value.as_deref(), r2.values[0].kernels, r2.values[0].total_ns, r2.values[0].busy_ns), (Some("a"), 2, 14_000, 10_000));
+    assert!(close(r2.values[0].attributed_ns, 10_000.0) && close(r2.values[1].attributed_ns, 2_000.0));
+
+    let rows = s.rows(3);
+    let a = rows[0].per_replay.unwrap();
+    assert_eq!((a.count, a.min, a.median, a.max), (3, 6.0, 7.5, 10.0));
+    let none = rows[2].per_replay.unwrap();
+    assert_eq!((none.count, none.min, none.max), (1, 4.0, 4.0));
+
+    let (busy, span) = s.replay_spread();
+    assert_eq!((busy.min, busy.median, busy.max), (6.0, 12.0, 19.0));
+    assert_eq!((span.min, span.median, span.max), (6.0, 14.0, 24.0));
+
+    let flat = s.replay_rows();
+    assert_eq!(flat.len(), 3 + 1 + 2);
+    assert_eq!(flat[0]["replay"], 1);
+    assert_eq!(flat[0]["replay_busy_us"], 19.0);
+    let shares: f64 = flat.iter().filter(|r| r["replay"] == 1).map(|r| r["share"].as_f64().unwrap()).sum();
+    assert!(close(shares, 1.0));
+}
+
+#[test]
+fn traces_add_up() {
+    let mut s = summary_of(TRACE, "name", true);
+    s.merge(summary_of(TRACE, "name", true));
+    let t = s.totals();
+    assert_eq!((t.traces, t.kernels, t.replays, t.busy_us), (2, 14, 6, 74.0));
+    let a = &s.rows(3)[0];
+    assert_eq!((a.kernels, a.busy_us, a.per_replay.unwrap().count), (8, 52.0, 6));
+    assert!(close(a.share, 23.5 / 37.0));
+    assert_eq!(s.replays.iter().filter(|r| r.trace == 1).count(), 3);
+}
+
+#[test]
+fn a_key_no_kernel_has_leaves_everything_unannotated() {
+    let s = summary_of(TRACE, "module", false);
+    let rows = s.rows(3);
+    assert_eq!(rows.len(), 1);
+    assert_eq!((rows[0].value.as_deref(), rows[0].kernels, rows[0].share), (None, 7, 1.0));
+    assert_eq!(s.totals().coverage, 0.0);
+    let json = s.to_json(3);
+    assert_eq!(json["rows"][0]["value"], serde_json::Value::Null);
+    assert_eq!(json["by"], "module");
+}
+
+#[test]
+fn the_report_as_json() {
+    let s = summary_of(TRACE, "name", true);
+    let v = s.to_json(1);
+    assert_eq!(v["totals"]["busy_us"], 37.0);
+    assert_eq!(v["rows"][0]["value"], "a");
+    assert_eq!(v["rows"][0]["top_kernels"].as_array().unwrap().len(), 1);
+    assert_eq!(v["rows"][0]["replay_median_us"], 7.5);
+    assert_eq!(v["replays"].as_array().unwrap().len(), 3);
+    assert_eq!(v["replay_spread"]["busy_us"]["max"], 19.0);
+    assert_eq!(v["traces"][0]["ungraphed_kernels"], 1);
+}
+
+#[test]
+fn failures_are_reported_per_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.json");
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&good, TRACE).unwrap();
+    std::fs::write(&bad, "{\"traceEvents\": [").unwrap();
+    let paths = vec![good, dir.path().join("missing.json"), bad];
+    struct Finished(std::sync::Mutex<Vec<(usize, bool)>>);
+    impl FilesProgress for Finished {
+        fn advance(&self, _: usize, fraction: f64) {
+            assert!((0.0..=1.0).contains(&fraction));
+        }
+        fn finished(&self, file: usize, ok: bool) {
+            self.0.lock().unwrap().push((file, ok));
+        }
+        fn show(&self) {}
+    }
+    let progress = Finished(Default::default());
+    let (s, failures) = summarize_files(&paths, &Options::default(), 2, &progress);
+    let mut finished = progress.0.into_inner().unwrap();
+    finished.sort();
+    assert_eq!(finished, vec![(0, true), (1, false), (2, false)]);
+    assert_eq!(s.traces.len(), 1);
+    assert_eq!(failures.len(), 2);
+    assert!(failures[0].ends_with("missing.json: no such file"), "{failures:?}");
+    assert!(failures[1].contains("bad.json: the trace is truncated"), "{failures:?}");
+}
+
+#[test]
+fn chart_bars_are_sorted_and_escaped() {
+    let text = TRACE.replace("\"name\": \"b\"", "\"name\": \"<b & c>\"");
+    let s = summary_of(&text, "name", false);
+    let rows = s.rows(3);
+    let svg = chart::svg(&s, &rows);
+    assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
+    assert!(svg.contains("&lt;b &amp; c&gt;") && !svg.contains("<b & c>"));
+    let widths: Vec<f64> = svg
+        .lines()
+        .filter(|l| l.contains("<rect x=\"380\""))
+        .map(|l| l.split("width=\"").nth(1).unwrap().split('"').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(widths.len(), 3);
+    assert!(widths.windows(2).all(|w| w[0] >= w[1]), "{widths:?}");
+    assert_eq!(widths[0], 500.0);
+    assert!(svg.contains(chart::UNANNOTATED_COLOR));
+    let html = chart::html(&s, &rows);
+    assert!(html.starts_with("<!DOCTYPE html>") && html.contains("<svg") && html.contains("<td>(unannotated)</td>"));
+    for page in [&svg, &html] {
+        assert!(!page.contains("http://") || page.matches("http://").count() == 1, "only the SVG namespace");
+        assert!(!page.contains("<script") && !page.contains("href") && !page.contains("url("));
+    }
+}
+
+#[test]
+fn chart_folds_the_smallest_values() {
+    let events: Vec<String> = (0..60)
+        .map(|i| format!(r#"{{"cat": "kernel", "name": "k", "pid": 0, "ts": {}, "dur": {}, "args": {{"graph node id": 1, "name": "v{i}"}}}}"#, i * 100, 60 - i))
+        .collect();
+    let s = summary_of(&format!("{{\"traceEvents\": [{}]}}", events.join(",")), "name", false);
+    let svg = chart::svg(&s, &s.rows(3));
+    assert_eq!(svg.matches("<rect x=\"380\"").count(), chart::MAX_BARS);
+    assert!(svg.contains("… and 20 more values"), "{svg}");
+}
+
+#[test]
+fn chart_file_names() {
+    let s = summary_of(TRACE, "name", false);
+    let dir = tempfile::tempdir().unwrap();
+    assert!(chart::write(&dir.path().join("c.png"), &s, &s.rows(3)).unwrap_err().contains("must be a .svg or .html"));
+    chart::write(&dir.path().join("c.SVG"), &s, &s.rows(3)).unwrap();
+    assert!(chart::write(&dir.path().join("no/such/c.svg"), &s, &s.rows(3)).unwrap_err().contains("cannot write the chart"));
+}

@@ -1,0 +1,82 @@
+//! `cgfast.summarize` and trace discovery, from Python: the work is the core's.
+
+use std::path::PathBuf;
+
+use cgfast_core::inputs::{self, Wanted};
+use cgfast_core::parallel::Silent;
+use cgfast_core::summary::{chart, summarize_files, Options};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+
+use crate::convert::json_to_py;
+use crate::file_api::path_of;
+use crate::TraceError;
+
+/// One path, or an iterable of them.
+fn paths_of(obj: &Bound<'_, PyAny>) -> PyResult<Vec<PathBuf>> {
+    if let Some(one) = path_of(obj).ok().flatten() {
+        return Ok(vec![one]);
+    }
+    let mut paths = Vec::new();
+    for item in obj.try_iter().map_err(|_| PyValueError::new_err("paths must be a path or an iterable of paths"))? {
+        paths.push(path_of(&item?)?.ok_or_else(|| PyValueError::new_err("paths must not contain None"))?);
+    }
+    if paths.is_empty() {
+        return Err(PyValueError::new_err("no paths given"));
+    }
+    Ok(paths)
+}
+
+/// The files `paths` name: files as given, directories searched (for traces, or for
+/// `cgfast annotate`'s outputs with `annotated=True`), glob patterns expanded.
+#[pyfunction]
+#[pyo3(signature = (paths, *, annotated = false))]
+pub fn find_traces<'py>(py: Python<'py>, paths: &Bound<'py, PyAny>, annotated: bool) -> PyResult<Bound<'py, PyList>> {
+    let paths = paths_of(paths)?;
+    let wanted = if annotated { Wanted::Annotated } else { Wanted::Traces };
+    let found = py.detach(|| inputs::find(&paths, wanted)).map_err(TraceError::new_err)?;
+    PyList::new(py, found.iter().map(|p| p.display().to_string()))
+}
+
+/// The summary report of annotated traces as a dict (what `cgfast summary --format
+/// json` prints), plus `replay_rows` with `steps`. Raises `TraceError` naming every
+/// trace that cannot be read.
+#[pyfunction]
+#[pyo3(signature = (paths, *, by = "name", steps = false, top = 3, jobs = 0, chart = None))]
+pub fn summary_report<'py>(
+    py: Python<'py>,
+    paths: &Bound<'py, PyAny>,
+    by: &str,
+    steps: bool,
+    top: usize,
+    jobs: usize,
+    chart: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    if by.is_empty() {
+        return Err(PyValueError::new_err("by must be a key of args, such as 'name' or 'module'"));
+    }
+    let paths = paths_of(paths)?;
+    let chart = match chart {
+        Some(c) => path_of(c)?,
+        None => None,
+    };
+    let options = Options { by: by.to_string(), steps, top };
+    let report = py.detach(|| {
+        let traces = inputs::find(&paths, Wanted::Annotated)?;
+        let (summary, failures) = summarize_files(&traces, &options, jobs, &Silent);
+        if !failures.is_empty() {
+            return Err(failures.join("\n"));
+        }
+        let rows = summary.rows(top);
+        if let Some(path) = &chart {
+            chart::write(path, &summary, &rows)?;
+        }
+        let mut report = summary.to_json(top);
+        if steps {
+            report["replay_rows"] = serde_json::Value::Array(summary.replay_rows());
+        }
+        Ok(report)
+    });
+    json_to_py(py, &report.map_err(TraceError::new_err)?)
+}
