@@ -1,0 +1,479 @@
+"""Bad input and safety: every failure is one clear line on stderr (naming the file, and
+the byte offset where known) with exit status 1 or 2 -- no panic, no traceback --, leaves
+nothing behind and never clobbers an existing output; from Python ``annotate_file``
+raises ``cgfast.TraceError``. Malicious pickles are refused without running anything.
+Odd events pass through untouched."""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+import os
+import pickle
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import cgfast
+
+GOOD_EVENTS = [
+    {"name": "thread_name", "ph": "M", "pid": 0, "tid": 7, "args": {"name": "stream 7 "}},
+    {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 5, "args": {"graph node id": 5}},
+    {"ph": "f", "id": 1, "pid": 0, "tid": 7, "ts": 10, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+    {"ph": "X", "cat": "kernel", "name": "k2", "pid": 0, "tid": 7, "ts": 12, "dur": 5, "args": {"graph node id": 6}},
+]
+GOOD_TRACE = json.dumps({"schemaVersion": 1, "traceEvents": GOOD_EVENTS, "traceName": "x"})
+GOOD_ANNOTATIONS = {5: [{"name": "layers.0", "stream": 60}], 6: ["label"]}
+
+
+def runners():
+    """The CLI binary (when built) and ``python -m cgfast``, as conftest.cli_command picks
+    them (not imported: tests/gpu has a conftest module of its own)."""
+    binary = os.environ.get("CGFAST_BIN") or str(Path(__file__).resolve().parent.parent / "target" / "release" / "cgfast")
+    python_m = [sys.executable, "-m", "cgfast"]
+    if os.path.exists(binary):
+        return [pytest.param([binary], id="cli"), pytest.param(python_m, id="python-m")]
+    return [pytest.param(python_m, id="python-m")]
+
+
+@pytest.fixture
+def good(tk, tmp_path):
+    trace = tmp_path / "trace.json"
+    trace.write_text(GOOD_TRACE)
+    ann = tk.write_json_annotations(tmp_path / "ann.json", GOOD_ANNOTATIONS)
+    return trace, ann
+
+
+def fail_cli(tk, command, *args, mention=None, cwd=None):
+    proc = tk.run_cli(*args, command=command, cwd=cwd)
+    return tk.assert_clean_failure(proc, mention=mention)
+
+
+def test_trace_error_is_exported():
+    assert hasattr(cgfast, "TraceError"), "the contract names cgfast.TraceError; python/cgfast/__init__.py does not export it"
+    assert issubclass(cgfast.TraceError, Exception)
+    assert cgfast.TraceError is cgfast._cgfast.TraceError
+
+
+# =========================================================================== bad traces
+
+
+def _truncated_gzip() -> bytes:
+    data = gzip.compress(GOOD_TRACE.encode() * 1)
+    return data[: len(data) // 2]
+
+
+def _bad_crc_gzip() -> bytes:
+    data = bytearray(gzip.compress(GOOD_TRACE.encode()))
+    data[-8] ^= 0xFF  # the CRC32 of the trailer
+    return bytes(data)
+
+
+BAD_TRACES = {
+    "empty": b"",
+    "whitespace": b"  \n\t ",
+    "garbage": bytes(range(256)) * 4,
+    "text": b"hello, this is not JSON\n",
+    "truncated": GOOD_TRACE.encode()[: len(GOOD_TRACE) // 2],
+    "truncated_in_string": b'{"traceEvents": [{"name": "abc',
+    "unclosed_array": b'{"traceEvents": [',
+    "trailing_garbage": GOOD_TRACE.encode() + b" trailing",
+    "two_documents": GOOD_TRACE.encode() + GOOD_TRACE.encode(),
+    "bad_token": b'{"traceEvents": [{"ph": "X", "ts": 1,, "dur": 2}]}',
+    "bad_number": b'{"traceEvents": [{"ph": "X", "ts": 01}]}',
+    "single_quotes": b"{'traceEvents': []}",
+    "unescaped_control": b'{"traceEvents": [{"name": "a\x01b"}]}',
+    "bad_escape": b'{"traceEvents": [{"name": "a\\qb"}]}',
+    "array_top": b"[1, 2, 3]",
+    "number_top": b"5",
+    "null_top": b"null",
+    "string_top": b'"traceEvents"',
+    "no_trace_events": b'{"schemaVersion": 1, "events": []}',
+    "trace_events_object": b'{"traceEvents": {"a": 1}}',
+    "trace_events_number": b'{"traceEvents": 5}',
+    "trace_events_null": b'{"traceEvents": null}',
+    "trace_events_string": b'{"traceEvents": "[]"}',
+    "corrupt_gzip": b"\x1f\x8b\x08\x00" + b"\x00" * 6 + b"this is not deflate data at all" * 3,
+    "truncated_gzip": _truncated_gzip(),
+    "bad_crc_gzip": _bad_crc_gzip(),
+    "gzip_of_garbage": gzip.compress(b"\x00\xff garbage \x00"),
+    "gzip_of_empty": gzip.compress(b""),
+    "just_gzip_magic": b"\x1f\x8b",
+}
+OFFSET_KNOWN = {"truncated", "truncated_in_string", "unclosed_array", "trailing_garbage", "two_documents", "bad_token", "bad_number", "single_quotes", "text", "garbage", "unescaped_control", "bad_escape"}
+
+
+def assert_nothing_left(tk, directory: Path, expected: set):
+    names = {p.name for p in directory.iterdir()}
+    assert names == expected, f"left behind: {sorted(names - expected)}"
+    assert tk.leftovers(directory) == []
+
+
+@pytest.mark.parametrize("command", runners())
+@pytest.mark.parametrize("case", sorted(BAD_TRACES))
+def test_bad_trace_through_the_cli(tk, tmp_path, case, command):
+    trace = tmp_path / ("t.json.gz" if "gzip" in case else "t.json")
+    trace.write_bytes(BAD_TRACES[case])
+    ann = tk.write_json_annotations(tmp_path / "ann.json", GOOD_ANNOTATIONS)
+    line = fail_cli(tk, command, trace, "-a", ann, mention=trace.name)
+    if case in OFFSET_KNOWN:
+        assert re.search(r"\bbyte \d+|offset \d+", line), f"no byte offset in {line!r}"
+    assert_nothing_left(tk, tmp_path, {trace.name, ann.name})
+    # an existing output is not clobbered
+    out = tmp_path / "existing.json"
+    out.write_text("precious")
+    fail_cli(tk, command, trace, "-a", ann, "-o", out, mention=trace.name)
+    assert out.read_text() == "precious"
+    assert_nothing_left(tk, tmp_path, {trace.name, ann.name, out.name})
+
+
+@pytest.mark.parametrize("case", sorted(BAD_TRACES))
+def test_bad_trace_through_annotate_file(tk, tmp_path, case):
+    trace = tmp_path / "t.json"
+    trace.write_bytes(BAD_TRACES[case])
+    ann = tk.write_json_annotations(tmp_path / "ann.json", GOOD_ANNOTATIONS)
+    out = tmp_path / "out.json"
+    out.write_text("precious")
+    with pytest.raises(tk.TraceError) as info:
+        cgfast.annotate_file(trace, ann, out)
+    message = str(info.value)
+    assert "t.json" in message and "\n" not in message.strip()
+    assert out.read_text() == "precious"
+    with pytest.raises(tk.TraceError):
+        cgfast.annotate_file(trace, ann)
+    assert_nothing_left(tk, tmp_path, {trace.name, ann.name, out.name})
+
+
+@pytest.mark.parametrize("command", runners())
+def test_unreadable_trace_paths(tk, tmp_path, command):
+    ann = tk.write_json_annotations(tmp_path / "ann.json", GOOD_ANNOTATIONS)
+    fail_cli(tk, command, tmp_path / "missing.json", "-a", ann, mention="missing.json")
+    (tmp_path / "adir.json").mkdir()
+    fail_cli(tk, command, tmp_path / "adir.json", "-a", ann, mention="adir.json")
+    assert_nothing_left(tk, tmp_path, {"ann.json", "adir.json"})
+    with pytest.raises(tk.TraceError, match="missing.json"):
+        cgfast.annotate_file(tmp_path / "missing.json", ann)
+    with pytest.raises(tk.TraceError, match="adir.json"):
+        cgfast.annotate_file(tmp_path / "adir.json", ann)
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="running as root: file permissions do not deny reading")
+def test_permission_denied(tk, tmp_path, good):
+    trace, ann = good
+    trace.chmod(0)
+    try:
+        fail_cli(tk, None, trace, "-a", ann, mention=trace.name)
+    finally:
+        trace.chmod(0o644)
+
+
+@pytest.mark.parametrize("command", runners())
+def test_unwritable_output(tk, tmp_path, good, command):
+    trace, ann = good
+    fail_cli(tk, command, trace, "-a", ann, "-o", tmp_path / "no" / "such" / "dir" / "o.json", mention="o.json")
+    (tmp_path / "outdir").mkdir()
+    fail_cli(tk, command, trace, "-a", ann, "-o", tmp_path / "outdir", mention="outdir")
+    assert_nothing_left(tk, tmp_path, {trace.name, ann.name, "outdir"})
+    assert list((tmp_path / "outdir").iterdir()) == []
+
+
+# =========================================================================== bad annotation files
+
+
+def _pickle(obj, protocol=4) -> bytes:
+    return pickle.dumps(obj, protocol=protocol)
+
+
+BAD_ANNOTATIONS = {
+    "empty": b"",
+    "whitespace": b"   \n",
+    "garbage": bytes(range(255, -1, -1)),
+    "truncated_json": json.dumps({"5": [{"name": "x"}]}).encode()[:-4],
+    "json_list": b"[1, 2]",
+    "non_integer_key": json.dumps({"abc": [{"name": "x"}]}).encode(),
+    "float_key": json.dumps({"5.5": [{"name": "x"}]}).encode(),
+    "non_integer_key_wrapped": json.dumps({"format": "cgfast-annotations", "version": 1, "annotations": {"node": []}}).encode(),
+    "non_list_items": json.dumps({"5": "not a list"}).encode(),
+    "annotations_not_object": json.dumps({"format": "cgfast-annotations", "version": 1, "annotations": [1]}).encode(),
+    "future_version": json.dumps({"format": "cgfast-annotations", "version": 99, "annotations": {}}).encode(),
+    "gzip_truncated": gzip.compress(json.dumps({"5": [{"name": "x"}]}).encode())[:20],
+    "pickle_truncated": _pickle({5: [{"name": "x"}]})[:-3],
+    "pickle_list": _pickle([1, 2, 3]),
+    "pickle_string_key": _pickle({"abc": [{"name": "x"}]}),
+    "pickle_set": _pickle({5: [{"x"}]}),
+    "pickle_datetime": None,  # filled below
+    "pickle_non_list_items": _pickle({5: "x"}),
+}
+
+
+def _datetime_pickle() -> bytes:
+    import datetime
+
+    return _pickle({5: [{"when": datetime.datetime(2024, 1, 1)}]})
+
+
+BAD_ANNOTATIONS["pickle_datetime"] = _datetime_pickle()
+
+
+@pytest.mark.parametrize("command", runners())
+@pytest.mark.parametrize("case", sorted(BAD_ANNOTATIONS))
+def test_bad_annotations(tk, tmp_path, good, case, command):
+    trace, _ = good
+    ann = tmp_path / ("bad.pkl" if case.startswith("pickle") else "bad.json")
+    ann.write_bytes(BAD_ANNOTATIONS[case])
+    out = tmp_path / "o.json"
+    out.write_text("precious")
+    fail_cli(tk, command, trace, "-a", ann, "-o", out, mention=ann.name)
+    fail_cli(tk, command, trace, "-a", ann, mention=ann.name)
+    assert out.read_text() == "precious"
+    assert_nothing_left(tk, tmp_path, {trace.name, "ann.json", ann.name, out.name})
+    with pytest.raises(tk.TraceError, match=re.escape(ann.name)):
+        cgfast.annotate_file(trace, ann, out)
+    with pytest.raises(tk.TraceError, match=re.escape(ann.name)):
+        cgfast.load_annotations(ann)
+    assert out.read_text() == "precious"
+
+
+@pytest.mark.parametrize("command", runners())
+def test_missing_annotation_file(tk, tmp_path, good, command):
+    trace, _ = good
+    fail_cli(tk, command, trace, "-a", tmp_path / "nope.pkl", mention="nope.pkl")
+    with pytest.raises(tk.TraceError, match="nope.pkl"):
+        cgfast.annotate_file(trace, tmp_path / "nope.pkl")
+    assert not (tmp_path / "trace.annotated.json").exists()
+
+
+# =========================================================================== malicious pickles
+
+
+class _Evil:
+    def __init__(self, marker: Path, how: str = "os"):
+        self.marker = str(marker)
+        self.how = how
+
+    def __reduce__(self):
+        if self.how == "os":
+            return (os.system, (f"touch {self.marker}",))
+        if self.how == "eval":
+            return (eval, (f"open({self.marker!r}, 'w').close()",))
+        if self.how == "subprocess":
+            return (subprocess.call, (["touch", self.marker],))
+        raise AssertionError(self.how)
+
+
+def evil_pickles(marker: Path) -> dict:
+    m = str(marker)
+    import collections
+
+    return {
+        "os_system_top": _pickle(_Evil(marker)),
+        "os_system_value": _pickle({5: [{"name": _Evil(marker)}]}),
+        "os_system_item": _pickle({5: [_Evil(marker)]}),
+        "eval": _pickle({5: [_Evil(marker, "eval")]}),
+        "subprocess": _pickle({5: [_Evil(marker, "subprocess")]}, protocol=2),
+        "protocol0_classic": b"cos\nsystem\n(S'touch " + m.encode() + b"'\ntR.",
+        "protocol0_inst": b"(S'touch " + m.encode() + b"'\nios\nsystem\n.",
+        "builtins_exec": b"cbuiltins\nexec\n(S'open(" + repr(m).encode() + b", \"w\").close()'\ntR.",
+        "defaultdict_factory": _pickle(collections.defaultdict(functools.partial(os.system, f"touch {m}"), {5: ["x"]})),
+        "stack_global": pickle.dumps({5: [_Evil(marker)]}, protocol=5),
+        "reduce_in_key": _pickle({_Evil(marker): ["x"]}),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(evil_pickles(Path("/x"))))
+def test_malicious_pickles_are_refused_unexecuted(tk, tmp_path, good, case):
+    trace, _ = good
+    marker = tmp_path / "PWNED"
+    payload = evil_pickles(marker)[case]
+    # the payload really does run under pickle.load (so the test can fail)
+    loaded = pickle.loads(payload)
+    if case == "defaultdict_factory":
+        loaded[99]  # the factory runs on the first missing key
+    assert marker.exists()
+    marker.unlink()
+
+    ann = tmp_path / "kernel_annotations_rank0_1.pkl"
+    ann.write_bytes(payload)
+    fail_cli(tk, None, trace, "-a", ann, mention=ann.name)
+    assert not marker.exists(), "the pickle was executed by the CLI"
+    with pytest.raises(tk.TraceError, match=re.escape(ann.name)):
+        cgfast.annotate_file(trace, ann)
+    with pytest.raises(tk.TraceError):
+        cgfast.load_annotations(ann)
+    assert not marker.exists(), "the pickle was executed by the bindings"
+    # auto-discovery does not run it either
+    step = tmp_path / "traces" / "step_1"
+    step.mkdir(parents=True)
+    t2 = step / "000000.1.pt.trace.json"
+    t2.write_text(GOOD_TRACE)
+    (tmp_path / "traces" / ann.name).write_bytes(payload)
+    fail_cli(tk, None, t2, mention=ann.name)
+    assert not marker.exists()
+    assert not (step / "000000.1.pt.trace.annotated.json").exists()
+
+
+def test_python_cli_refuses_malicious_pickles(tk, tmp_path, good):
+    trace, _ = good
+    marker = tmp_path / "PWNED"
+    ann = tmp_path / "a.pkl"
+    ann.write_bytes(evil_pickles(marker)["os_system_value"])
+    fail_cli(tk, tk.python_cli(), trace, "-a", ann, mention="a.pkl")
+    assert not marker.exists()
+
+
+# =========================================================================== -o equal to the input
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_output_equal_to_input(ref, tk, tmp_path, gz):
+    text = GOOD_TRACE
+    trace = tmp_path / ("t.json.gz" if gz else "t.json")
+    trace.write_bytes(gzip.compress(text.encode()) if gz else text.encode())
+    ann = tk.write_json_annotations(tmp_path / "a.json", GOOD_ANNOTATIONS)
+    proc = tk.run_cli(trace, "-a", ann, "-o", trace)
+    assert proc.returncode == 0, proc.stderr
+    exp = tk.expected_pipeline(ref, text, GOOD_ANNOTATIONS)
+    tk.check_output(exp, text, tk.read_text(trace))
+    assert (trace.read_bytes()[:2] == b"\x1f\x8b") == gz
+    assert_nothing_left(tk, tmp_path, {trace.name, ann.name})
+
+
+def test_output_equal_to_input_through_annotate_file(ref, tk, tmp_path):
+    trace = tmp_path / "t.json"
+    trace.write_text(GOOD_TRACE)
+    ann = tk.write_json_annotations(tmp_path / "a.json", GOOD_ANNOTATIONS)
+    cgfast.annotate_file(trace, ann, trace)
+    tk.check_output(tk.expected_pipeline(ref, GOOD_TRACE, GOOD_ANNOTATIONS), GOOD_TRACE, trace.read_text())
+
+
+def test_output_equal_to_input_via_another_spelling(ref, tk, tmp_path):
+    (tmp_path / "sub").mkdir()
+    trace = tmp_path / "t.json"
+    trace.write_text(GOOD_TRACE)
+    ann = tk.write_json_annotations(tmp_path / "a.json", GOOD_ANNOTATIONS)
+    proc = tk.run_cli("t.json", "-a", ann, "-o", "sub/../t.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    tk.check_output(tk.expected_pipeline(ref, GOOD_TRACE, GOOD_ANNOTATIONS), GOOD_TRACE, trace.read_text())
+    os.symlink(trace, tmp_path / "link.json")
+    before = trace.read_text()
+    proc = tk.run_cli(trace, "-a", ann, "-o", tmp_path / "link.json")
+    assert proc.returncode == 0, proc.stderr
+    # either the link or the file now holds the result of annotating `before`; nothing was lost
+    result = (tmp_path / "link.json").read_text()
+    tk.check_output(tk.expected_pipeline(ref, before, GOOD_ANNOTATIONS), before, result)
+
+
+@pytest.mark.parametrize("case", ["truncated", "trace_events_number", "truncated_gzip"])
+def test_failed_run_onto_the_input_keeps_it(tk, tmp_path, case):
+    trace = tmp_path / "t.json"
+    trace.write_bytes(BAD_TRACES[case])
+    ann = tk.write_json_annotations(tmp_path / "a.json", GOOD_ANNOTATIONS)
+    fail_cli(tk, None, trace, "-a", ann, "-o", trace, mention="t.json")
+    assert trace.read_bytes() == BAD_TRACES[case]
+    assert_nothing_left(tk, tmp_path, {trace.name, ann.name})
+
+
+def test_bad_annotations_onto_the_input_keep_it(tk, tmp_path, good):
+    trace, _ = good
+    before = trace.read_bytes()
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"x": [}')
+    fail_cli(tk, None, trace, "-a", bad, "-o", trace, mention="bad.json")
+    assert trace.read_bytes() == before
+
+
+def test_existing_output_is_replaced_on_success(ref, tk, tmp_path, good):
+    trace, ann = good
+    out = tmp_path / "o.json"
+    out.write_text("old")
+    proc = tk.run_cli(trace, "-a", ann, "-o", out)
+    assert proc.returncode == 0
+    tk.check_output(tk.expected_pipeline(ref, GOOD_TRACE, GOOD_ANNOTATIONS), GOOD_TRACE, out.read_text())
+
+
+# =========================================================================== odd events
+
+
+ODD = [
+    "5",
+    '"a string event"',
+    "[1, 2, {\"ph\": \"X\"}]",
+    "null",
+    "true",
+    "-0.5e3",
+    '{"ph": "X", "cat": "kernel", "name": "string ts", "pid": 0, "tid": 143, "ts": "12.5", "dur": 3, "args": {"graph node id": 5}}',
+    '{"ph": "X", "cat": "kernel", "name": "null dur", "pid": 0, "tid": 143, "ts": 13, "dur": null, "args": {"graph node id": 6}}',
+    '{"ph": "X", "cat": "kernel", "name": "list args", "pid": 0, "tid": 143, "ts": 14, "dur": 1, "args": [1, 2]}',
+    '{"ph": "X", "cat": "kernel", "name": "string args", "pid": 0, "tid": 143, "ts": 15, "dur": 1, "args": "graph node id"}',
+    '{"ph": "X", "cat": "kernel", "name": "null args", "pid": 0, "tid": 143, "ts": 16, "dur": 1, "args": null}',
+    '{"ph": "X", "cat": "kernel", "name": "null ts", "pid": 0, "tid": 143, "ts": null, "dur": 1, "args": {"graph node id": 5}}',
+    '{"ph": "X", "cat": "kernel", "name": "object ts", "pid": 0, "tid": 143, "ts": {"v": 1}, "dur": [1], "args": {"graph node id": 6}}',
+    '{"ph": "X", "cat": "gpu_memcpy", "name": "string dur", "pid": 0, "tid": 143, "ts": 17, "dur": "1", "args": {"graph node id": 5}}',
+    '{"ph": "f", "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 143, "ts": "10", "id": 9}',
+    '{}',
+]
+
+
+def test_odd_events_pass_through_untouched(ref, tk, tmp_path):
+    normal = [
+        {"name": "thread_name", "ph": "M", "pid": 0, "tid": 7, "args": {"name": "stream 7 "}},
+        {"name": "thread_name", "ph": "M", "pid": 0, "tid": 143, "args": {"name": "stream 143 "}},
+        {"ph": "X", "cat": "kernel", "name": "k0", "pid": 0, "tid": 7, "ts": 0, "dur": 10, "args": {"graph node id": 5}},
+        {"ph": "f", "id": 1, "pid": 0, "tid": 7, "ts": 0, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+        {"ph": "X", "cat": "kernel", "name": "k1", "pid": 0, "tid": 7, "ts": 5, "dur": 1, "args": {"graph node id": 6}},
+        {"ph": "X", "cat": "kernel", "name": "k2", "pid": 0, "tid": 7, "ts": 9.5, "dur": 1, "args": {"graph node id": 7}},
+        {"ph": "X", "cat": "kernel", "name": "eager anchor", "pid": 0, "tid": 143, "ts": 1, "dur": 1, "args": {"graph node id": 0}},
+        {"ph": "X", "cat": "gpu_user_annotation", "name": "## x ##", "pid": 0, "tid": 20, "ts": 0, "dur": 20},
+    ]
+    anchor = 6
+    normal_raw = [json.dumps(e) for e in normal]
+    raw = normal_raw[: anchor + 1] + ODD + normal_raw[anchor + 1 :]
+    text = '{"traceEvents": [\n' + ",\n".join(raw) + "\n]}"
+    plain_text = '{"traceEvents": [\n' + ",\n".join(normal_raw) + "\n]}"
+    ann = {5: [{"name": "a"}], 6: [{"name": "b"}], 7: ["c"]}
+    trace = tmp_path / "t.json"
+    trace.write_text(text)
+    ann_path = tk.write_json_annotations(tmp_path / "a.json", ann)
+    proc = tk.run_cli(trace, "-a", ann_path, "-o", tmp_path / "o.json", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out_raw = tk.split_events((tmp_path / "o.json").read_text()).events
+    # the odd events, byte for byte, in order, right after their anchor
+    pos = [i for i, r in enumerate(out_raw) if r in ODD]
+    assert [out_raw[i] for i in pos] == ODD
+    assert pos == list(range(pos[0], pos[0] + len(ODD)))
+    assert json.loads(out_raw[pos[0] - 1])["name"] == "eager anchor"
+    # everything else is what the pipeline makes of the trace without them
+    rest = [r for r in out_raw if r not in ODD]
+    rebuilt = '{"traceEvents": [' + ",".join(rest) + "]}"
+    exp = tk.expected_pipeline(ref, plain_text, ann)
+    tk.check_output(exp, plain_text, rebuilt)
+    # and annotate_file agrees
+    cgfast.annotate_file(trace, ann_path, tmp_path / "o2.json")
+    assert (tmp_path / "o2.json").read_bytes() == (tmp_path / "o.json").read_bytes()
+
+
+def test_invalid_utf8_is_a_clean_outcome(tk, tmp_path, good):
+    _, ann = good
+    trace = tmp_path / "u.json"
+    trace.write_bytes(b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "\xff\xfe", "pid": 0, "tid": 7, "ts": 1, "dur": 1, "args": {"graph node id": 5}}]}')
+    proc = tk.run_cli(trace, "-a", ann)
+    if proc.returncode != 0:
+        tk.assert_clean_failure(proc, mention="u.json")
+    assert "panic" not in proc.stderr.lower() and "Traceback" not in proc.stderr
+
+
+def test_deeply_nested_event_is_a_clean_outcome(tk, tmp_path, good):
+    _, ann = good
+    trace = tmp_path / "deep.json"
+    depth = 100_000
+    trace.write_text('{"traceEvents": [{"ph": "X", "args": ' + "[" * depth + "]" * depth + "}]}")
+    proc = tk.run_cli(trace, "-a", ann, "-o", tmp_path / "o.json")
+    if proc.returncode != 0:
+        tk.assert_clean_failure(proc, mention="deep.json")
+        assert not (tmp_path / "o.json").exists()
+    else:
+        assert (tmp_path / "o.json").read_text() == trace.read_text()
