@@ -522,7 +522,7 @@ def test_stream_values_in_annotation_files(ref, tk, tmp_path, stream):
         assert got[0]["tid"] == int(stream)
 
 
-@pytest.mark.parametrize("stream", ["\u0663", "\uff16\uff11", "61\x1f", "\u200361"])
+@pytest.mark.parametrize("stream", ["\u0663", "\uff16\uff11", "61\u2028", "\u200361"])
 def test_stream_values_python_int_accepts(ref, tk, tmp_path, stream):
     # int() takes any Unicode decimal digits and strips any Unicode whitespace
     got, _ = file_case(ref, tk, tmp_path, [K(7, 10, node=5), F(7, 10)], {5: [{"stream": stream}]})

@@ -19,6 +19,7 @@ use std::path::Path;
 use crate::annotations::{Annotations, GraphNode, Item, NodeKind};
 use crate::io::{is_gzip_path, AtomicFile};
 use crate::json_value;
+use crate::trace::NodeId;
 use crate::value::Value;
 
 pub const FORMAT: &str = "cgfast-annotations";
@@ -64,12 +65,12 @@ fn from_document(document: Value) -> Result<Annotations, String> {
     Ok(out)
 }
 
-fn node_map(entries: Vec<(Value, Value)>) -> Result<HashMap<i64, Vec<Item>>, String> {
+fn node_map(entries: Vec<(Value, Value)>) -> Result<HashMap<NodeId, Vec<Item>>, String> {
     let mut nodes = HashMap::with_capacity_and_hasher(entries.len(), Default::default());
     for (key, items) in entries {
         let node = match &key {
-            Value::Int(i) => i64::try_from(*i).ok(),
-            Value::Str(s) => s.trim().parse::<i64>().ok(),
+            Value::Int(i) => Some(*i),
+            Value::Str(s) => s.trim().parse::<NodeId>().ok(),
             _ => None,
         }
         .ok_or_else(|| format!("key {} is not a node id (an integer)", key_text(&key)))?;
@@ -177,7 +178,7 @@ pub fn write(path: &Path, annotations: &Annotations) -> Result<(), String> {
 pub fn to_json(annotations: &Annotations) -> Result<String, String> {
     let mut out = String::new();
     out.push_str(&format!("{{\"format\": \"{FORMAT}\", \"version\": {VERSION}, \"annotations\": {{"));
-    let mut ids: Vec<&i64> = annotations.nodes.keys().collect();
+    let mut ids: Vec<&NodeId> = annotations.nodes.keys().collect();
     ids.sort_unstable();
     for (i, id) in ids.into_iter().enumerate() {
         if i > 0 {

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap as HashMap;
 
+use crate::trace::NodeId;
 use crate::value::Value;
 
 /// One item of a node's annotation list.
@@ -65,7 +66,7 @@ fn json_key(key: &Value) -> String {
 }
 
 /// Resolve a node's items the way `annotate_trace` applies them.
-pub fn resolve(node: i64, items: &[Item]) -> Result<Resolved, AnnotationError> {
+pub fn resolve(node: NodeId, items: &[Item]) -> Result<Resolved, AnnotationError> {
     let mut resolved = Resolved::default();
     for item in items {
         match item {
@@ -144,14 +145,36 @@ pub struct GraphNode {
 /// Annotations and graph topology, as loaded from a file or handed over from Python.
 #[derive(Clone, Debug, Default)]
 pub struct Annotations {
-    pub nodes: HashMap<i64, Vec<Item>>,
+    pub nodes: HashMap<NodeId, Vec<Item>>,
     /// Executable graph id -> its annotatable nodes in local-id order.
     pub graphs: BTreeMap<u32, Vec<GraphNode>>,
 }
 
 impl Annotations {
-    pub fn resolve_all(&self) -> Result<HashMap<i64, Resolved>, AnnotationError> {
-        self.nodes.iter().map(|(&node, items)| resolve(node, items).map(|r| (node, r))).collect()
+    /// The annotations of the nodes in `used`, resolved; other nodes' are not looked at
+    /// (like the reference, which converts only what events use).
+    pub fn resolve_used(&self, used: impl IntoIterator<Item = NodeId>) -> Result<HashMap<NodeId, Resolved>, AnnotationError> {
+        let mut out = HashMap::default();
+        for node in used {
+            if out.contains_key(&node) {
+                continue;
+            }
+            if let Some(items) = self.nodes.get(&node) {
+                out.insert(node, resolve(node, items)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every key an annotation may write into `args`.
+    pub fn write_keys(&self) -> impl Iterator<Item = &str> {
+        self.nodes.values().flatten().flat_map(|item| {
+            let keys: Box<dyn Iterator<Item = &str>> = match item {
+                Item::Dict(entries) => Box::new(entries.iter().map(|(k, _)| k.as_str())),
+                Item::Other(_) => Box::new(std::iter::once("annotation")),
+            };
+            keys
+        })
     }
 }
 

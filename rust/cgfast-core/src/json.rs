@@ -49,6 +49,27 @@ fn has_byte(word: u64, byte: u8) -> u64 {
     x.wrapping_sub(LO) & !x & HI
 }
 
+/// Nonzero where a byte of `word` is below 0x20 (exact for the lowest such byte).
+#[inline]
+fn has_control(word: u64) -> u64 {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    word.wrapping_sub(LO * 0x20) & !word & HI
+}
+
+/// The offset of the first byte below 0x20, eight bytes at a time.
+fn first_control(bytes: &[u8]) -> Option<usize> {
+    let mut chunks = bytes.chunks_exact(8);
+    let mut at = 0;
+    for chunk in &mut chunks {
+        if has_control(u64::from_le_bytes(chunk.try_into().expect("8 bytes"))) != 0 {
+            return chunk.iter().position(|&b| b < 0x20).map(|k| at + k);
+        }
+        at += 8;
+    }
+    chunks.remainder().iter().position(|&b| b < 0x20).map(|k| at + k)
+}
+
 #[inline]
 fn is_ws(b: u8) -> bool {
     matches!(b, b' ' | b'\n' | b'\r' | b'\t')
@@ -101,15 +122,23 @@ impl<'a> Cursor<'a> {
         let mut i = start;
         while i + 8 <= self.buf.len() && i < start + 64 {
             let word = u64::from_le_bytes(self.buf[i..i + 8].try_into().expect("8 bytes"));
-            let hits = has_byte(word, b'"') | has_byte(word, b'\\');
+            let hits = has_byte(word, b'"') | has_byte(word, b'\\') | has_control(word);
             if hits != 0 {
                 let at = i + (hits.trailing_zeros() / 8) as usize;
-                if self.buf[at] == b'"' {
-                    self.pos = at + 1;
-                    return Ok(StrSpan { start, end: at, escaped: false });
+                match self.buf[at] {
+                    b'"' => {
+                        self.pos = at + 1;
+                        return Ok(StrSpan { start, end: at, escaped: false });
+                    }
+                    b'\\' => {
+                        i = at;
+                        break;
+                    }
+                    _ => {
+                        self.pos = at;
+                        return self.syntax("no control character in a string (JSON requires escaping it)");
+                    }
                 }
-                i = at;
-                break;
             }
             i += 8;
         }
@@ -118,6 +147,10 @@ impl<'a> Cursor<'a> {
             match memchr2(b'"', b'\\', &self.buf[i..]) {
                 None => return Err(ScanError::Incomplete),
                 Some(k) => {
+                    if let Some(bad) = first_control(&self.buf[i..i + k]) {
+                        self.pos = i + bad;
+                        return self.syntax("no control character in a string (JSON requires escaping it)");
+                    }
                     i += k;
                     if self.buf[i] == b'"' {
                         self.pos = i + 1;
@@ -490,6 +523,10 @@ mod tests {
         assert!(matches!(skip("01"), Ok(1)));
         assert!(matches!(skip("{\"a\":tru}"), Err(ScanError::Syntax { .. })));
         assert!(matches!(skip(r#""\q""#), Err(ScanError::Syntax { .. })));
+        assert_eq!(skip("\"ab\x01c\""), Err(ScanError::Syntax { at: 3, expected: "no control character in a string (JSON requires escaping it)" }));
+        let long = format!("\"{}\x1f\"", "x".repeat(200));
+        assert!(matches!(skip(&long), Err(ScanError::Syntax { at: 201, .. })));
+        assert_eq!(skip("\"tab\\t ok\""), Ok(10));
     }
 
     #[test]

@@ -83,7 +83,11 @@ fn number(token: &[u8]) -> Value {
         Some(Num::Float(f)) => Value::Float(f),
         None => {
             let text = std::str::from_utf8(token).unwrap_or("0");
-            text.parse::<i128>().map(Value::Int).unwrap_or_else(|_| Value::Float(text.parse().unwrap_or(f64::NAN)))
+            match text.parse::<i128>() {
+                Ok(i) => Value::Int(i),
+                Err(_) if !text.contains(['.', 'e', 'E']) => Value::BigInt(text.to_string()),
+                Err(_) => Value::Float(text.parse().unwrap_or(f64::NAN)),
+            }
         }
     }
 }
@@ -94,6 +98,7 @@ pub fn write(value: &Value, out: &mut String) {
         Value::None => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
         Value::Int(i) => out.push_str(&i.to_string()),
+        Value::BigInt(digits) => out.push_str(digits),
         Value::Float(f) if f.is_nan() => out.push_str("NaN"),
         Value::Float(f) if f.is_infinite() => out.push_str(if *f > 0.0 { "Infinity" } else { "-Infinity" }),
         Value::Float(f) => out.push_str(&py_float_repr(*f)),

@@ -141,6 +141,26 @@ fn cmp_int_float(a: i64, b: f64) -> Option<Ordering> {
     Some(a.cmp(&bi).then(if b.fract() > 0.0 { Ordering::Less } else { Ordering::Equal }))
 }
 
+/// How an integer key was written: `7`, `7.0` or `true` are one key to Python, but
+/// each is written back as it was.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Spelling {
+    #[default]
+    Plain,
+    Float,
+    Bool,
+}
+
+impl Spelling {
+    /// The spelling of a number that becomes a key.
+    pub fn of_num(n: Num) -> Spelling {
+        match n {
+            Num::Float(_) => Spelling::Float,
+            Num::Int(_) => Spelling::Plain,
+        }
+    }
+}
+
 /// A hashable trace scalar (a `pid`, `tid` or `ts`) under Python's equality.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Key {
@@ -279,6 +299,24 @@ impl Keys {
             Key::Float(bits) => py_float_repr(f64::from_bits(bits)),
             Key::Str(id) => self.strings.get(id).to_string(),
             Key::Unique(_) => "nan".into(),
+        }
+    }
+
+    /// `str(key)` of the key spelled as `spelling`.
+    pub fn py_str_spelled(&self, key: Key, spelling: Spelling) -> String {
+        match (key, spelling) {
+            (Key::Int(i), Spelling::Float) => py_float_repr(i as f64),
+            (Key::Int(i), Spelling::Bool) => if i != 0 { "True" } else { "False" }.into(),
+            _ => self.py_str(key),
+        }
+    }
+
+    /// The key spelled as `spelling`, as JSON text.
+    pub fn to_json_spelled(&self, key: Key, spelling: Spelling) -> String {
+        match (key, spelling) {
+            (Key::Int(i), Spelling::Float) => py_float_repr(i as f64),
+            (Key::Int(i), Spelling::Bool) => if i != 0 { "true" } else { "false" }.into(),
+            _ => self.to_json(key),
         }
     }
 

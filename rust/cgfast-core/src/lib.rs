@@ -19,4 +19,5 @@ pub mod rewrite;
 pub mod scan;
 pub mod summary;
 pub mod trace;
+pub mod unicode;
 pub mod value;

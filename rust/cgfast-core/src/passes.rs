@@ -5,8 +5,8 @@
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use crate::annotations::Resolved;
-use crate::key::{Key, KeyId, Num};
-use crate::trace::{Cat, Node, Ph, TraceIndex, NONE};
+use crate::key::{Key, KeyId, Num, Spelling};
+use crate::trace::{Cat, Node, NodeId, Ph, TraceIndex, NONE};
 
 /// Which flow-finish events follow a graphed event when it changes lanes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,7 +20,7 @@ pub enum FlowLink {
 /// The annotations a pass can look up by node id.
 pub trait Lookup {
     /// `None` when the node has no annotation, else the lane it asks for.
-    fn stream_of(&self, node: i64) -> Option<Option<i64>>;
+    fn stream_of(&self, node: NodeId) -> Option<Option<i64>>;
 }
 
 /// A resolved annotation: what lane it asks for.
@@ -34,8 +34,8 @@ impl AsksLane for Resolved {
     }
 }
 
-impl<T: AsksLane, S: std::hash::BuildHasher> Lookup for std::collections::HashMap<i64, T, S> {
-    fn stream_of(&self, node: i64) -> Option<Option<i64>> {
+impl<T: AsksLane, S: std::hash::BuildHasher> Lookup for std::collections::HashMap<NodeId, T, S> {
+    fn stream_of(&self, node: NodeId) -> Option<Option<i64>> {
         self.get(&node).map(AsksLane::lane)
     }
 }
@@ -47,22 +47,21 @@ pub struct Annotated {
     pub metadata_removed: u64,
     /// The pid of the GPU process (of the first `stream ...` thread name; 0 if none).
     pub gpu_pid: Key,
+    pub gpu_pid_spelling: Spelling,
     /// The tracked event that `gpu_pid` was read from.
     pub gpu_pid_event: Option<usize>,
-    /// Lanes that get a new `thread_name`, in order.
-    pub named_lanes: Vec<KeyId>,
+    /// Lanes that get a new `thread_name`, in order, spelled as their first work event
+    /// has them (Python's set of lanes keeps the first of equal values).
+    pub named_lanes: Vec<(KeyId, Spelling)>,
 }
 
 /// `annotate_trace`: annotate and re-lane graphed events, drop replicated noise, tidy
 /// the lane metadata.
 pub fn annotate(index: &mut TraceIndex, annotations: &impl Lookup, default_stream: i64, link: FlowLink) -> Annotated {
-    let with_pid = link == FlowLink::Follow;
-    // Flows by a hash of their place: the first flow, then a chain through the others
+    // Flows by a hash of their (tid, ts): the first flow, then a chain through the others
     // (which may include other places that hash alike: lookups check).
-    let place_of = |pid: KeyId, tid: KeyId, ts: Option<Num>| -> Option<(KeyId, KeyId, Key)> {
-        ts.and_then(Key::from_num).map(|ts| (if with_pid { pid } else { NONE }, tid, ts))
-    };
-    let hash = |place: &(KeyId, KeyId, Key)| {
+    let place_of = |tid: KeyId, ts: Option<Num>| -> Option<(KeyId, Key)> { ts.and_then(Key::from_num).map(|ts| (tid, ts)) };
+    let hash = |place: &(KeyId, Key)| {
         use std::hash::{BuildHasher, Hash, Hasher};
         let mut h = rustc_hash::FxBuildHasher.build_hasher();
         place.hash(&mut h);
@@ -71,7 +70,7 @@ pub fn annotate(index: &mut TraceIndex, annotations: &impl Lookup, default_strea
     let mut first_at: HashMap<u64, u32> = HashMap::with_capacity_and_hasher(index.flows.len(), Default::default());
     let mut next_at: Vec<u32> = vec![NONE; index.flows.len()];
     for (i, f) in index.flows.iter().enumerate().rev() {
-        if let Some(place) = place_of(f.pid, f.tid, f.ts()) {
+        if let Some(place) = place_of(f.tid, f.ts()) {
             if let Some(prev) = first_at.insert(hash(&place), i as u32) {
                 next_at[i] = prev;
             }
@@ -82,33 +81,43 @@ pub fn annotate(index: &mut TraceIndex, annotations: &impl Lookup, default_strea
     let mut lanes: HashMap<i64, KeyId> = HashMap::default();
     for i in 0..index.events.len() {
         let e = &index.events[i];
-        if e.odd() || !e.current_node().annotatable() {
+        if e.odd() || !e.current_node().graphed() {
             continue;
         }
-        let mut stream = None;
-        let mut annotated = false;
-        if let Node::Id(node) = e.current_node() {
-            if let Some(asked) = annotations.stream_of(node) {
-                out.annotated += 1;
-                annotated = true;
-                stream = asked;
+        // The reference re-lanes annotatable events; the lane passes may also move work
+        // whose node id is null, and cgfast's flows follow that too.
+        let relane = e.current_node().annotatable();
+        let lane = if relane {
+            let mut stream = None;
+            if let Node::Id(node) = e.current_node() {
+                if let Some(asked) = annotations.stream_of(node) {
+                    out.annotated += 1;
+                    index.events[i].set_annotated();
+                    stream = asked;
+                }
             }
-        }
-        let stream = stream.unwrap_or(default_stream);
-        let lane = *lanes.entry(stream).or_insert_with(|| index.keys.id(Key::Int(stream)));
-        let place = place_of(e.pid, e.tid, e.ts());
+            let stream = stream.unwrap_or(default_stream);
+            let lane = *lanes.entry(stream).or_insert_with(|| index.keys.id(Key::Int(stream)));
+            Some(lane)
+        } else if link == FlowLink::Follow && index.events[i].cat.is_work() {
+            None
+        } else {
+            continue;
+        };
         let e = &mut index.events[i];
-        if annotated {
-            e.set_annotated();
+        let (pid, place) = (e.pid, place_of(e.tid, e.ts()));
+        if let Some(lane) = lane {
+            e.set_lane(lane);
         }
-        e.set_lane(lane);
         let Some(place) = place else { continue };
         let mut f = first_at.get(&hash(&place)).copied().unwrap_or(NONE);
         while f != NONE {
             let flow = &mut index.flows[f as usize];
-            if place_of(flow.pid, flow.tid, flow.ts()) == Some(place) {
-                flow.new_tid = lane;
-                if with_pid {
+            if place_of(flow.tid, flow.ts()) == Some(place) {
+                if let Some(lane) = lane {
+                    flow.new_tid = lane;
+                }
+                if link == FlowLink::Follow && flow.pid == pid {
                     flow.follows = i as u32;
                 }
             }
@@ -143,6 +152,7 @@ pub fn annotate(index: &mut TraceIndex, annotations: &impl Lookup, default_strea
     }
     if let Some((i, e)) = index.events.iter().enumerate().find(|(_, e)| !e.removed() && e.stream_thread_name()) {
         out.gpu_pid = if e.pid == NONE { Key::Int(0) } else { index.keys.key(e.pid) };
+        out.gpu_pid_spelling = e.pid_spelling();
         out.gpu_pid_event = Some(i);
     }
     for i in 0..index.events.len() {
@@ -185,11 +195,17 @@ impl LaneSet {
 }
 
 /// Lanes in `lanes` that no surviving `thread_name` names, sorted.
-fn unnamed_lanes(index: &TraceIndex, lanes: &LaneSet) -> Vec<KeyId> {
+fn unnamed_lanes(index: &TraceIndex, lanes: &LaneSet) -> Vec<(KeyId, Spelling)> {
     let named: HashSet<KeyId> = index.events.iter().filter(|e| e.thread_name() && !e.removed()).map(|e| e.current_tid()).collect();
     let mut missing: Vec<KeyId> = lanes.iter().filter(|t| !named.contains(t)).collect();
     missing.sort_by(|a, b| index.keys.sort_cmp(index.keys.key(*a), index.keys.key(*b)));
     missing
+        .into_iter()
+        .map(|lane| {
+            let first = index.events.iter().find(|e| e.cat.is_work() && !e.removed() && e.current_tid() == lane);
+            (lane, first.map_or(Spelling::Plain, |e| e.current_tid_spelling()))
+        })
+        .collect()
 }
 
 /// Graphed work events the lane passes may reorder, with their start times (exact in
@@ -306,8 +322,8 @@ pub fn settle(index: &mut TraceIndex, annotated: &mut Annotated) {
     for e in index.events.iter().filter(|e| e.cat.is_work() && !e.removed()) {
         work.insert(e.current_tid());
     }
-    let already: HashSet<KeyId> = annotated.named_lanes.iter().copied().collect();
-    let extra: Vec<KeyId> = unnamed_lanes(index, &work).into_iter().filter(|t| !already.contains(t)).collect();
+    let already: HashSet<KeyId> = annotated.named_lanes.iter().map(|(lane, _)| *lane).collect();
+    let extra: Vec<(KeyId, Spelling)> = unnamed_lanes(index, &work).into_iter().filter(|(t, _)| !already.contains(t)).collect();
     annotated.named_lanes.extend(extra);
 }
 
@@ -344,10 +360,12 @@ mod tests {
                 name: e.name,
                 pid: Some(Key::Int(0)),
                 tid: Key::Int(e.tid),
+                pid_spelling: Spelling::Plain,
+                tid_spelling: Spelling::Plain,
                 ts: Field::Value(Num::Float(e.ts)),
                 dur: Field::Value(Num::Float(e.dur)),
                 args: Field::Value(()),
-                node: e.node.map_or(Node::Missing, |n| if n == 0 { Node::Zero } else { Node::Id(n) }),
+                node: e.node.map_or(Node::Missing, |n| if n == 0 { Node::Zero } else { Node::Id(n as NodeId) }),
                 args_stream: None,
                 args_name_is_stream: e.stream_name,
                 correlation: None,
@@ -362,8 +380,8 @@ mod tests {
         index.events.iter().map(|e| index.keys.key(e.current_tid()).as_int().unwrap()).collect()
     }
 
-    fn annotations(pairs: &[(i64, Option<i64>)]) -> rustc_hash::FxHashMap<i64, Resolved> {
-        pairs.iter().map(|&(n, s)| (n, Resolved { writes: vec![], stream: s })).collect()
+    fn annotations(pairs: &[(i64, Option<i64>)]) -> rustc_hash::FxHashMap<NodeId, Resolved> {
+        pairs.iter().map(|&(n, s)| (n as NodeId, Resolved { writes: vec![], stream: s })).collect()
     }
 
     #[test]
@@ -395,7 +413,7 @@ mod tests {
         assert_eq!(out.noise_removed, 3);
         assert!(idx.events[1].removed() && idx.events[2].removed() && idx.flows[0].removed());
         assert_eq!(out.metadata_removed, 2, "both lanes 20 and 7 are left without events");
-        assert_eq!(out.named_lanes.iter().map(|&t| idx.keys.key(t)).collect::<Vec<_>>(), vec![Key::Int(61)]);
+        assert_eq!(out.named_lanes.iter().map(|&(t, _)| idx.keys.key(t)).collect::<Vec<_>>(), vec![Key::Int(61)]);
     }
 
     #[test]
@@ -424,6 +442,6 @@ mod tests {
         assert!(out.named_lanes.is_empty());
         move_overlapping(&mut idx, 7, 8);
         settle(&mut idx, &mut out);
-        assert_eq!(out.named_lanes.iter().map(|&t| idx.keys.key(t)).collect::<Vec<_>>(), vec![Key::Int(8)]);
+        assert_eq!(out.named_lanes.iter().map(|&(t, _)| idx.keys.key(t)).collect::<Vec<_>>(), vec![Key::Int(8)]);
     }
 }

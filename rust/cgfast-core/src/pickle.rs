@@ -27,6 +27,43 @@ struct Machine<'a> {
     memo: HashMap<u64, usize>,
 }
 
+/// A little-endian two's-complement integer of any length, in decimal.
+fn big_int(bytes: &[u8]) -> Value {
+    let negative = bytes.last().is_some_and(|&b| b & 0x80 != 0);
+    // Magnitude, little-endian base 256.
+    let mut magnitude: Vec<u8> = if negative {
+        let mut carry = 1u16;
+        bytes
+            .iter()
+            .map(|&b| {
+                let v = (!b) as u16 + carry;
+                carry = v >> 8;
+                v as u8
+            })
+            .collect()
+    } else {
+        bytes.to_vec()
+    };
+    let mut digits = Vec::new();
+    while magnitude.iter().any(|&b| b != 0) {
+        let mut remainder = 0u32;
+        for b in magnitude.iter_mut().rev() {
+            let v = (remainder << 8) | *b as u32;
+            *b = (v / 10) as u8;
+            remainder = v % 10;
+        }
+        digits.push(b'0' + remainder as u8);
+    }
+    if digits.is_empty() {
+        digits.push(b'0');
+    }
+    if negative {
+        digits.push(b'-');
+    }
+    digits.reverse();
+    Value::BigInt(String::from_utf8(digits).expect("ASCII digits"))
+}
+
 pub fn load(data: &[u8]) -> Result<Value, String> {
     let mut m = Machine { data, pos: 0, arena: Vec::new(), stack: Vec::new(), marks: Vec::new(), memo: HashMap::new() };
     let top = m.run()?;
@@ -234,18 +271,20 @@ impl<'a> Machine<'a> {
                 }
                 0x8a | 0x8b => {
                     let n = if op == 0x8a { self.uint(1)? } else { self.uint(4)? } as usize;
-                    if n > 16 {
-                        return self.err("integer too large");
-                    }
                     let bytes = self.take(n)?;
-                    let mut v: i128 = 0;
-                    for (i, &b) in bytes.iter().enumerate() {
-                        v |= (b as i128) << (8 * i);
-                    }
-                    if n > 0 && n < 16 && bytes[n - 1] & 0x80 != 0 {
-                        v -= 1i128 << (8 * n);
-                    }
-                    self.value(Value::Int(v))?;
+                    let v = if n <= 15 {
+                        let mut v: i128 = 0;
+                        for (i, &b) in bytes.iter().enumerate() {
+                            v |= (b as i128) << (8 * i);
+                        }
+                        if n > 0 && bytes[n - 1] & 0x80 != 0 {
+                            v -= 1i128 << (8 * n);
+                        }
+                        Value::Int(v)
+                    } else {
+                        big_int(bytes)
+                    };
+                    self.value(v)?;
                 }
                 b'F' => {
                     let line = self.line()?;

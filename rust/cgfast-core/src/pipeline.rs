@@ -9,12 +9,12 @@ use crate::annotations::{Annotations, Resolved};
 use crate::edit::{self, Editor, EventEdits, Set};
 use crate::io::{is_gzip_path, AtomicFile, Sink};
 use crate::json::quote;
-use crate::key::{Key, KeyId, Num};
+use crate::key::{KeyId, Num, Spelling};
 use crate::passes::{self, FlowLink, LargeOverlap};
 use crate::recover::{self, Recover, Recovery};
 use crate::rewrite::{self, Action, Change};
 use crate::scan::{self, ScanFailure, WriteKeys};
-use crate::trace::{Flow, TraceIndex, NONE};
+use crate::trace::{Flow, NodeId, TraceIndex, NONE};
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -107,8 +107,7 @@ pub fn annotate_file(
 ) -> Result<Report, Failure> {
     let started = Instant::now();
     let shown = input.display().to_string();
-    let resolved = annotations.resolve_all().map_err(|e| fail(format!("annotations: {e}")))?;
-    let write_keys = WriteKeys::new(resolved.values().flat_map(|r| r.writes.iter().map(|(k, _)| k.as_str())));
+    let write_keys = WriteKeys::new(annotations.write_keys());
     let (mut index, layout) = scan::scan(input, &write_keys, &mut |done, total| progress(Phase::Reading, done, total)).map_err(|e| match e {
         ScanFailure::Io(err) => fail(format!("{shown}: {}", describe_io(&err))),
         ScanFailure::Invalid(msg, Some(at)) => fail(format!("{shown}: {msg} at byte {at}")),
@@ -126,6 +125,11 @@ pub fn annotate_file(
     mark("scanned");
     let recovery = recover::recover(&mut index, annotations, options.recover);
     mark("recovered");
+    let used = index.events.iter().filter_map(|e| match e.current_node() {
+        crate::trace::Node::Id(n) => Some(n),
+        _ => None,
+    });
+    let resolved = annotations.resolve_used(used).map_err(|e| fail(format!("annotations: {e}")))?;
     let mut annotated = passes::annotate(&mut index, &resolved, options.default_stream, FlowLink::Follow);
     mark("annotated");
     let moved = passes::move_overlapping(&mut index, options.default_stream, options.overlap_stream);
@@ -156,7 +160,7 @@ pub fn annotate_file(
     };
 
     mark("passes done");
-    let appended: Vec<String> = annotated.named_lanes.iter().map(|&tid| thread_name_event(&index, annotated.gpu_pid, tid)).collect();
+    let appended: Vec<String> = annotated.named_lanes.iter().map(|&lane| thread_name_event(&index, &annotated, lane)).collect();
     let mut rewriting = Rewriting {
         index: &index,
         layout: &layout,
@@ -203,13 +207,13 @@ fn overlap_details(index: &TraceIndex, large: &[LargeOverlap]) -> Vec<OverlapDet
         .collect()
 }
 
-fn thread_name_event(index: &TraceIndex, pid: Key, tid: KeyId) -> String {
+fn thread_name_event(index: &TraceIndex, annotated: &passes::Annotated, (tid, spelling): (KeyId, Spelling)) -> String {
     let tid = index.keys.key(tid);
     format!(
         "{{\"ph\": \"M\", \"pid\": {}, \"tid\": {}, \"name\": \"thread_name\", \"args\": {{\"name\": {}}}}}",
-        index.keys.to_json(pid),
-        index.keys.to_json(tid),
-        quote(&format!("stream {}", index.keys.py_str(tid)))
+        index.keys.to_json_spelled(annotated.gpu_pid, annotated.gpu_pid_spelling),
+        index.keys.to_json_spelled(tid, spelling),
+        quote(&format!("stream {}", index.keys.py_str_spelled(tid, spelling)))
     )
 }
 
@@ -218,7 +222,7 @@ struct QuotedWrites {
     writes: Vec<(String, String, String)>,
 }
 
-fn quoted(resolved: &HashMap<i64, Resolved>) -> HashMap<i64, QuotedWrites> {
+fn quoted(resolved: &HashMap<NodeId, Resolved>) -> HashMap<NodeId, QuotedWrites> {
     resolved
         .iter()
         .map(|(&node, r)| (node, QuotedWrites { writes: r.writes.iter().map(|(k, v)| (k.clone(), quote(k), quote(v))).collect() }))
@@ -274,7 +278,7 @@ fn merge_by_ordinal(a: impl Iterator<Item = Change>, b: impl Iterator<Item = Cha
 struct Rewriting<'a> {
     index: &'a TraceIndex,
     layout: &'a scan::Layout,
-    writes: HashMap<i64, QuotedWrites>,
+    writes: HashMap<NodeId, QuotedWrites>,
     lane_json: Vec<String>,
     editor: Editor,
 }

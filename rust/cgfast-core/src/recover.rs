@@ -332,7 +332,7 @@ pub fn recover(index: &mut TraceIndex, annotations: &Annotations, mode: Recover)
                 report.recovered_replays += 1;
                 report.recovered_events += ids.len() as u64;
                 for (ev, id) in events.iter().zip(ids) {
-                    index.events[ev.index].set_recovered(id);
+                    index.events[ev.index].set_recovered(id as crate::trace::NodeId);
                 }
             }
             None => {

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use crate::io::Window;
 use crate::json::{str_is, text_of, Cursor, Scalar, Scan, ScanError, StrSpan};
-use crate::key::{Key, Keys, Num};
+use crate::key::{Key, Keys, Num, Spelling};
 use crate::trace::{is_tracked, Cat, Field, Kept, Node, Observed, Ph, TraceIndex};
 
 /// Where a tracked event sits in the (decompressed) input, for pass two. The separators
@@ -313,6 +313,15 @@ fn key(buf: &[u8], s: Option<Scalar>, keys: &mut Keys) -> Key {
     }
 }
 
+/// How a key's value was written, where its key does not show it.
+fn spelling(buf: &[u8], s: Option<Scalar>) -> Spelling {
+    match s {
+        Some(Scalar::Bool(_)) => Spelling::Bool,
+        Some(Scalar::Number { start, end }) => Num::parse(&buf[start..end]).map_or(Spelling::Plain, Spelling::of_num),
+        _ => Spelling::Plain,
+    }
+}
+
 fn field(buf: &[u8], s: Option<Scalar>) -> Field<Num> {
     match s {
         None => Field::Missing,
@@ -329,10 +338,11 @@ fn node(buf: &[u8], s: Option<Scalar>) -> Node {
         Some(Scalar::Number { start, end }) => match Num::parse(&buf[start..end]) {
             Some(n) if n.as_f64() == 0.0 => Node::Zero,
             Some(n) => match Key::from_num(n) {
-                Some(Key::Int(i)) => Node::Id(i),
+                Some(Key::Int(i)) => Node::Id(i as crate::trace::NodeId),
                 _ => Node::Other,
             },
-            None => Node::Other,
+            // An integer beyond 64 bits: Python compares it exactly.
+            None => std::str::from_utf8(&buf[start..end]).ok().and_then(|t| t.parse::<crate::trace::NodeId>().ok()).map_or(Node::Other, Node::Id),
         },
         Some(_) => Node::Other,
     }
@@ -396,6 +406,8 @@ fn observe(buf: &[u8], raw: &Raw, ordinal: u32, index: &mut TraceIndex) -> Kept 
         name: name_text.as_deref(),
         pid: raw.pid.map(|p| key(buf, Some(p), &mut index.keys)),
         tid,
+        pid_spelling: spelling(buf, raw.pid),
+        tid_spelling: spelling(buf, raw.tid),
         ts: field(buf, raw.ts),
         dur: field(buf, raw.dur),
         args: match raw.args {

@@ -1,7 +1,7 @@
 //! The compact index of a trace: only the events a pass may change or whose lane
 //! matters, in the fields the passes read, plus which lanes everything else uses.
 
-use crate::key::{Key, KeyId, Keys, Num, Strings};
+use crate::key::{Key, KeyId, Keys, Num, Spelling, Strings};
 
 /// No id: a missing key, name, shape or link.
 pub const NONE: u32 = u32::MAX;
@@ -71,13 +71,17 @@ impl<T: Copy> Field<T> {
     }
 }
 
+/// A graph node id: `graph_id << 32 | local_id`, unsigned 64 bits in practice; wider so
+/// that any integer a trace or an annotation file holds compares as Python compares it.
+pub type NodeId = i128;
+
 /// `args["graph node id"]` as the reference reads it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Node {
     Missing,
     Null,
     Zero,
-    Id(i64),
+    Id(NodeId),
     /// Present, not zero, and not an integer (a string, a fraction, ...).
     Other,
 }
@@ -108,6 +112,9 @@ pub struct Observed<'a> {
     pub name: Option<&'a str>,
     pub pid: Option<Key>,
     pub tid: Key,
+    /// How `pid` and `tid` were written, where an integer key hides it (`7.0`, `true`).
+    pub pid_spelling: Spelling,
+    pub tid_spelling: Spelling,
     pub ts: Field<Num>,
     pub dur: Field<Num>,
     pub args: Field<()>,
@@ -119,19 +126,24 @@ pub struct Observed<'a> {
     pub grid_block: Option<[u32; 6]>,
 }
 
-const ODD: u16 = 1;
-const THREAD_NAME: u16 = 1 << 1;
-const STREAM_THREAD_NAME: u16 = 1 << 2;
-const REMOVED: u16 = 1 << 3;
-const ANNOTATED: u16 = 1 << 4;
-const TS_SET: u16 = 1 << 5;
-const TS_INT: u16 = 1 << 6;
-const DUR_INT: u16 = 1 << 7;
-const NEW_TS_SET: u16 = 1 << 8;
-const NEW_TS_INT: u16 = 1 << 9;
-const LANE_SET: u16 = 1 << 10;
-const RECOVERED: u16 = 1 << 11;
-const HAS_CORRELATION: u16 = 1 << 12;
+const ODD: u32 = 1;
+const THREAD_NAME: u32 = 1 << 1;
+const STREAM_THREAD_NAME: u32 = 1 << 2;
+const REMOVED: u32 = 1 << 3;
+const ANNOTATED: u32 = 1 << 4;
+const TS_SET: u32 = 1 << 5;
+const TS_INT: u32 = 1 << 6;
+const DUR_INT: u32 = 1 << 7;
+const NEW_TS_SET: u32 = 1 << 8;
+const NEW_TS_INT: u32 = 1 << 9;
+const LANE_SET: u32 = 1 << 10;
+const RECOVERED: u32 = 1 << 11;
+const HAS_CORRELATION: u32 = 1 << 12;
+const NODE_NEGATIVE: u32 = 1 << 13;
+const TID_FLOAT: u32 = 1 << 14;
+const TID_BOOL: u32 = 1 << 15;
+const PID_FLOAT: u32 = 1 << 16;
+const PID_BOOL: u32 = 1 << 17;
 
 /// Integers up to this magnitude are kept exactly in an `f64`.
 const EXACT_INT: i64 = 1 << 53;
@@ -171,7 +183,7 @@ pub struct Tracked {
     pub ordinal: u32,
     pub cat: Cat,
     pub ph: Ph,
-    flags: u16,
+    flags: u32,
     node_kind: NodeKind,
     /// `NONE` when the event has no `pid`.
     pub pid: KeyId,
@@ -182,7 +194,8 @@ pub struct Tracked {
     /// Grid and block dimensions, by id in `TraceIndex::shapes`.
     pub shape: u32,
     new_tid: KeyId,
-    node: i64,
+    /// The magnitude of the node id (its sign is a flag).
+    node: u64,
     ts: f64,
     dur: f64,
     new_ts: f64,
@@ -190,7 +203,7 @@ pub struct Tracked {
 }
 
 impl Tracked {
-    fn has(&self, flag: u16) -> bool {
+    fn has(&self, flag: u32) -> bool {
         self.flags & flag != 0
     }
 
@@ -214,6 +227,32 @@ impl Tracked {
         self.has(STREAM_THREAD_NAME)
     }
 
+    /// How the event's own `tid` was written.
+    pub fn tid_spelling(&self) -> Spelling {
+        match (self.has(TID_FLOAT), self.has(TID_BOOL)) {
+            (true, _) => Spelling::Float,
+            (_, true) => Spelling::Bool,
+            _ => Spelling::Plain,
+        }
+    }
+
+    /// How the tid it has now is written (a pass writes an int).
+    pub fn current_tid_spelling(&self) -> Spelling {
+        if self.has(LANE_SET) {
+            Spelling::Plain
+        } else {
+            self.tid_spelling()
+        }
+    }
+
+    pub fn pid_spelling(&self) -> Spelling {
+        match (self.has(PID_FLOAT), self.has(PID_BOOL)) {
+            (true, _) => Spelling::Float,
+            (_, true) => Spelling::Bool,
+            _ => Spelling::Plain,
+        }
+    }
+
     pub fn correlation(&self) -> Option<i64> {
         self.has(HAS_CORRELATION).then_some(self.correlation)
     }
@@ -231,7 +270,7 @@ impl Tracked {
             NodeKind::Missing => Node::Missing,
             NodeKind::Null => Node::Null,
             NodeKind::Zero => Node::Zero,
-            NodeKind::Id => Node::Id(self.node),
+            NodeKind::Id => Node::Id(self.node_id()),
             NodeKind::Other => Node::Other,
         }
     }
@@ -266,19 +305,36 @@ impl Tracked {
         self.new_ts().or_else(|| self.ts())
     }
 
-    pub fn recovered_node(&self) -> Option<i64> {
-        self.has(RECOVERED).then_some(self.node)
+    fn node_id(&self) -> NodeId {
+        if self.has(NODE_NEGATIVE) {
+            -(self.node as NodeId)
+        } else {
+            self.node as NodeId
+        }
     }
 
-    pub fn set_recovered(&mut self, node: i64) {
-        self.flags |= RECOVERED;
+    fn set_node(&mut self, node: NodeId) {
         self.node_kind = NodeKind::Id;
-        self.node = node;
+        self.node = node.unsigned_abs() as u64;
+        if node < 0 {
+            self.flags |= NODE_NEGATIVE;
+        } else {
+            self.flags &= !NODE_NEGATIVE;
+        }
+    }
+
+    pub fn recovered_node(&self) -> Option<NodeId> {
+        self.has(RECOVERED).then(|| self.node_id())
+    }
+
+    pub fn set_recovered(&mut self, node: NodeId) {
+        self.flags |= RECOVERED;
+        self.set_node(node);
     }
 
     /// The node whose annotation the event carries.
-    pub fn annotation(&self) -> Option<i64> {
-        (self.has(ANNOTATED) && self.node_kind == NodeKind::Id).then_some(self.node)
+    pub fn annotation(&self) -> Option<NodeId> {
+        (self.has(ANNOTATED) && self.node_kind == NodeKind::Id).then(|| self.node_id())
     }
 
     pub fn set_annotated(&mut self) {
@@ -454,6 +510,15 @@ impl TraceIndex {
         if ev.correlation.is_some() {
             flags |= HAS_CORRELATION;
         }
+        flags |= match ev.tid_spelling {
+            Spelling::Plain => 0,
+            Spelling::Float => TID_FLOAT,
+            Spelling::Bool => TID_BOOL,
+        } | match ev.pid_spelling {
+            Spelling::Plain => 0,
+            Spelling::Float => PID_FLOAT,
+            Spelling::Bool => PID_BOOL,
+        };
         let name = match ev.name {
             Some(n) if ev.cat.is_work() || ev.node != Node::Missing => self.names.intern(n),
             _ => NONE,
@@ -463,8 +528,13 @@ impl TraceIndex {
             Node::Missing => (NodeKind::Missing, 0),
             Node::Null => (NodeKind::Null, 0),
             Node::Zero => (NodeKind::Zero, 0),
-            Node::Id(i) => (NodeKind::Id, i),
-            Node::Other => (NodeKind::Other, 0),
+            Node::Id(i) if i.unsigned_abs() <= u64::MAX as u128 => {
+                if i < 0 {
+                    flags |= NODE_NEGATIVE;
+                }
+                (NodeKind::Id, i.unsigned_abs() as u64)
+            }
+            Node::Id(_) | Node::Other => (NodeKind::Other, 0),
         };
         let args_stream = ev.args_stream.map_or(NONE, |s| self.keys.id(s));
         self.events.push(Tracked {

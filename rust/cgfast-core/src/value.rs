@@ -3,12 +3,16 @@
 
 use std::fmt::Write;
 
+use crate::unicode;
+
 /// A value of an annotation item: what JSON or a plain PyTorch pickle can hold.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
     None,
     Bool(bool),
     Int(i128),
+    /// An integer beyond 128 bits, as its decimal digits (and sign).
+    BigInt(String),
     Float(f64),
     Str(String),
     Bytes(Vec<u8>),
@@ -56,6 +60,7 @@ impl Value {
             Value::Int(i) => {
                 let _ = write!(out, "{i}");
             }
+            Value::BigInt(digits) => out.push_str(digits),
             Value::Float(f) => out.push_str(&py_float_repr(*f)),
             Value::Str(s) => write_str_repr(s, out),
             Value::Bytes(b) => write_bytes_repr(b, out),
@@ -93,13 +98,13 @@ fn write_seq(items: &[Value], open: &str, close: &str, out: &mut String) {
     out.push_str(close);
 }
 
-/// Python's `int(text)` for decimal strings: surrounding whitespace, a sign and
-/// single underscores between digits are allowed.
+/// Python's `int(text)` for decimal strings: surrounding white space, a sign, any
+/// Unicode decimal digits and single underscores between digits.
 fn parse_py_int(text: &str) -> Option<i128> {
-    let t = text.trim();
-    let (negative, digits) = match t.as_bytes().first()? {
-        b'-' => (true, &t[1..]),
-        b'+' => (false, &t[1..]),
+    let t = text.trim_matches(unicode::is_space);
+    let (negative, digits) = match t.chars().next()? {
+        '-' => (true, &t[1..]),
+        '+' => (false, &t[1..]),
         _ => (false, t),
     };
     if digits.is_empty() || digits.starts_with('_') || digits.ends_with('_') || digits.contains("__") {
@@ -110,7 +115,7 @@ fn parse_py_int(text: &str) -> Option<i128> {
         if c == '_' {
             continue;
         }
-        let d = c.to_digit(10)? as i128;
+        let d = unicode::decimal_value(c)? as i128;
         value = value.checked_mul(10)?.checked_add(d)?;
     }
     Some(if negative { -value } else { value })
@@ -177,7 +182,7 @@ fn write_str_repr(s: &str, out: &mut String) {
             c if (c as u32) < 0x20 || c as u32 == 0x7f => {
                 let _ = write!(out, "\\x{:02x}", c as u32);
             }
-            c if (c as u32) >= 0x80 && !is_printable(c) => {
+            c if (c as u32) >= 0x80 && !unicode::is_printable(c) => {
                 let code = c as u32;
                 if code <= 0xff {
                     let _ = write!(out, "\\x{code:02x}");
@@ -191,13 +196,6 @@ fn write_str_repr(s: &str, out: &mut String) {
         }
     }
     out.push(quote);
-}
-
-/// An approximation of `str.isprintable` for non-ASCII characters: control,
-/// separator and unassigned-looking code points are escaped.
-fn is_printable(c: char) -> bool {
-    !(c.is_control()
-        || matches!(c as u32, 0xa0 | 0xad | 0x1680 | 0x2000..=0x200f | 0x2028..=0x202f | 0x205f..=0x206f | 0x3000 | 0xfeff | 0xd800..=0xdfff | 0xfff9..=0xfffb | 0xe000..=0xf8ff | 0xf0000..=0x10ffff))
 }
 
 fn write_bytes_repr(b: &[u8], out: &mut String) {
@@ -263,6 +261,8 @@ mod tests {
         assert_eq!(dict.py_str(), "{'k': \"it's\"}");
         assert_eq!(Value::Tuple(vec![Value::Int(1)]).py_str(), "(1,)");
         assert_eq!(Value::Bytes(b"a\x00".to_vec()).py_str(), "b'a\\x00'");
+        assert_eq!(Value::List(vec![Value::Str("\u{600}\u{378}\u{e0001}é".into())]).py_str(), "['\\u0600\\u0378\\U000e0001é']");
+        assert_eq!(Value::BigInt("1".repeat(45)).py_str(), "1".repeat(45));
     }
 
     #[test]
@@ -273,5 +273,9 @@ mod tests {
         assert_eq!(Value::Float(-60.7).py_int(), Some(-60));
         assert_eq!(Value::Bool(true).py_int(), Some(1));
         assert_eq!(Value::None.py_int(), None);
+        assert_eq!(Value::Str("\u{663}".into()).py_int(), Some(3));
+        assert_eq!(Value::Str("\u{ff16}\u{ff11}".into()).py_int(), Some(61));
+        assert_eq!(Value::Str("61\u{2028}".into()).py_int(), Some(61));
+        assert_eq!(Value::Str("61\u{1f}".into()).py_int(), None);
     }
 }

@@ -55,6 +55,16 @@ pub fn key_to_py<'py>(py: Python<'py>, key: Key, keys: &Keys) -> PyResult<Bound<
     })
 }
 
+/// A key as Python wrote it: `7`, `7.0` or `True`.
+pub fn spelled_key_to_py<'py>(py: Python<'py>, key: Key, spelling: cgfast_core::key::Spelling, keys: &Keys) -> PyResult<Bound<'py, PyAny>> {
+    use cgfast_core::key::Spelling;
+    Ok(match (key, spelling) {
+        (Key::Int(i), Spelling::Float) => (i as f64).into_pyobject(py)?.into_any(),
+        (Key::Int(i), Spelling::Bool) => PyBool::new(py, i != 0).to_owned().into_any(),
+        _ => key_to_py(py, key, keys)?,
+    })
+}
+
 /// A Python object as an annotation value; other objects become their `str()`.
 pub fn value_of(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
     if depth > 100 {
@@ -67,7 +77,7 @@ pub fn value_of(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
     } else if obj.is_instance_of::<PyInt>() {
         match obj.extract::<i128>() {
             Ok(i) => Value::Int(i),
-            Err(_) => Value::Str(obj.str()?.to_string()),
+            Err(_) => Value::BigInt(obj.str()?.to_string()),
         }
     } else if obj.is_instance_of::<PyFloat>() {
         Value::Float(obj.extract()?)
@@ -91,6 +101,7 @@ pub fn value_to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny
         Value::None => py.None().into_bound(py),
         Value::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
         Value::Int(i) => i.into_pyobject(py)?.into_any(),
+        Value::BigInt(digits) => py.get_type::<PyInt>().call1((digits.as_str(),))?,
         Value::Float(f) => f.into_pyobject(py)?.into_any(),
         Value::Str(s) => PyString::new(py, s).into_any(),
         Value::Bytes(b) => PyBytes::new(py, b).into_any(),
@@ -106,9 +117,9 @@ pub fn value_to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny
     })
 }
 
-fn node_id(key: &Bound<'_, PyAny>) -> PyResult<i64> {
+fn node_id(key: &Bound<'_, PyAny>) -> PyResult<cgfast_core::trace::NodeId> {
     if key.is_instance_of::<PyInt>() && !key.is_instance_of::<PyBool>() {
-        return key.extract::<i64>();
+        return key.extract::<cgfast_core::trace::NodeId>();
     }
     Err(PyTypeError::new_err(format!("annotation key {} is not a node id (an int)", key.repr()?)))
 }

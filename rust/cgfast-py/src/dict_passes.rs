@@ -3,15 +3,15 @@
 
 use std::collections::HashMap;
 
-use cgfast_core::key::Key;
+use cgfast_core::key::{Key, Spelling};
 use cgfast_core::passes::{self, AsksLane, FlowLink};
-use cgfast_core::trace::{Cat, Field, Node, Observed, Ph, TraceIndex, NONE};
+use cgfast_core::trace::{Cat, Field, Node, NodeId, Observed, Ph, TraceIndex, NONE};
 use std::collections::HashSet;
 use pyo3::exceptions::{PyKeyError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 
-use crate::convert::{key_of, key_to_py, num_of, num_to_py};
+use crate::convert::{key_of, key_to_py, num_of, num_to_py, spelled_key_to_py};
 
 fn events_of<'py>(trace: &Bound<'py, PyDict>) -> PyResult<Bound<'py, PyList>> {
     let events = trace.get_item("traceEvents")?.ok_or_else(|| PyKeyError::new_err("traceEvents"))?;
@@ -32,6 +32,14 @@ fn num_field(d: &Bound<'_, PyDict>, name: &str) -> PyResult<Field<cgfast_core::k
     })
 }
 
+fn spelling_of(v: Option<&Bound<'_, PyAny>>) -> Spelling {
+    match v {
+        Some(v) if v.is_instance_of::<pyo3::types::PyBool>() => Spelling::Bool,
+        Some(v) if v.is_instance_of::<pyo3::types::PyFloat>() => Spelling::Float,
+        _ => Spelling::Plain,
+    }
+}
+
 fn node_of(v: Option<Bound<'_, PyAny>>) -> Node {
     let Some(v) = v else { return Node::Missing };
     if v.is_none() {
@@ -40,10 +48,14 @@ fn node_of(v: Option<Bound<'_, PyAny>>) -> Node {
     match num_of(&v) {
         Some(n) if n.as_f64() == 0.0 => Node::Zero,
         Some(n) => match Key::from_num(n) {
-            Some(Key::Int(i)) => Node::Id(i),
+            Some(Key::Int(i)) => Node::Id(i as NodeId),
             _ => Node::Other,
         },
-        None => Node::Other,
+        // An int beyond 64 bits (or a float that is one).
+        None => match v.extract::<NodeId>() {
+            Ok(i) if !v.is_instance_of::<pyo3::types::PyFloat>() => Node::Id(i),
+            _ => Node::Other,
+        },
     }
 }
 
@@ -64,7 +76,9 @@ fn index_of(events: &Bound<'_, PyList>) -> PyResult<TraceIndex> {
             Some(p) => Some(key_of(Some(&p), &mut index.keys)),
             None => None,
         };
-        let tid = key_of(d.get_item("tid")?.as_ref(), &mut index.keys);
+        let tid_value = d.get_item("tid")?;
+        let tid = key_of(tid_value.as_ref(), &mut index.keys);
+        let pid_value = d.get_item("pid")?;
         let (node, args_stream, args_name_is_stream) = match args_dict {
             Some(a) => {
                 let stream = a.get_item("stream")?.map(|s| key_of(Some(&s), &mut index.keys));
@@ -82,6 +96,8 @@ fn index_of(events: &Bound<'_, PyList>) -> PyResult<TraceIndex> {
             name: name.as_deref(),
             pid,
             tid,
+            pid_spelling: spelling_of(pid_value.as_ref()),
+            tid_spelling: spelling_of(tid_value.as_ref()),
             ts: num_field(d, "ts")?,
             dur: num_field(d, "dur")?,
             args: match (&args, args_dict) {
@@ -112,7 +128,7 @@ impl AsksLane for PyResolved<'_> {
     }
 }
 
-fn resolve<'py>(py: Python<'py>, index: &TraceIndex, annotations: &Bound<'py, PyAny>) -> PyResult<HashMap<i64, PyResolved<'py>>> {
+fn resolve<'py>(py: Python<'py>, index: &TraceIndex, annotations: &Bound<'py, PyAny>) -> PyResult<HashMap<NodeId, PyResolved<'py>>> {
     let mut out = HashMap::new();
     let annotation_key = PyString::new(py, "annotation").into_any();
     for e in &index.events {
@@ -191,8 +207,8 @@ pub fn annotate_trace(py: Python<'_>, trace: &Bound<'_, PyDict>, annotations: &B
             kept.append(ev)?;
         }
     }
-    for &tid in &outcome.named_lanes {
-        let tid = key_to_py(py, index.keys.key(tid), &index.keys)?;
+    for &(tid, spelling) in &outcome.named_lanes {
+        let tid = spelled_key_to_py(py, index.keys.key(tid), spelling, &index.keys)?;
         let meta = PyDict::new(py);
         meta.set_item("ph", "M")?;
         meta.set_item("pid", &gpu_pid)?;

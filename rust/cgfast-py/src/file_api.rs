@@ -85,7 +85,7 @@ pub fn read_annotations<'py>(py: Python<'py>, path: &Bound<'py, PyAny>) -> PyRes
     let path = path_of(path)?.ok_or_else(|| PyValueError::new_err("path must not be None"))?;
     let loaded = py.detach(|| annotation_file::read(&path)).map_err(TraceError::new_err)?;
     let nodes = PyDict::new(py);
-    let mut ids: Vec<&i64> = loaded.nodes.keys().collect();
+    let mut ids: Vec<&cgfast_core::trace::NodeId> = loaded.nodes.keys().collect();
     ids.sort_unstable();
     for id in ids {
         let items: Vec<Bound<'py, PyAny>> = loaded.nodes[id].iter().map(|item| value_to_py(py, &item.to_value())).collect::<PyResult<_>>()?;
