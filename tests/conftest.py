@@ -37,6 +37,14 @@ from typing import Any, Optional
 
 import pytest
 
+from hypothesis import settings as _hypothesis_settings
+
+# CI runs the property tests on fixed examples, so that a red run is a regression and
+# never a new random find (which local runs, on fresh examples, are there for).
+_hypothesis_settings.register_profile("ci", derandomize=True)
+if os.environ.get("CI"):
+    _hypothesis_settings.load_profile("ci")
+
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
 DATA = TESTS / "data"

@@ -81,13 +81,16 @@ pub fn annotate(index: &mut TraceIndex, annotations: &impl Lookup, default_strea
     let mut lanes: HashMap<i64, KeyId> = HashMap::default();
     for i in 0..index.events.len() {
         let e = &index.events[i];
-        if e.odd() || !e.current_node().graphed() {
+        // The reference re-lanes annotatable events and the flows at their (tid, ts);
+        // cgfast's flows also end wherever the last work event at their (pid, tid, ts)
+        // ends, graphed or not.
+        let relane = !e.odd() && e.current_node().annotatable();
+        let claims = link == FlowLink::Follow && e.cat.is_work();
+        if !relane && !claims {
             continue;
         }
-        // The reference re-lanes annotatable events; the lane passes may also move work
-        // whose node id is null, and cgfast's flows follow that too.
-        let relane = e.current_node().annotatable();
-        let lane = if relane {
+        let mut lane = None;
+        if relane {
             let mut stream = None;
             if let Node::Id(node) = e.current_node() {
                 if let Some(asked) = annotations.stream_of(node) {
@@ -97,13 +100,8 @@ pub fn annotate(index: &mut TraceIndex, annotations: &impl Lookup, default_strea
                 }
             }
             let stream = stream.unwrap_or(default_stream);
-            let lane = *lanes.entry(stream).or_insert_with(|| index.keys.id(Key::Int(stream)));
-            Some(lane)
-        } else if link == FlowLink::Follow && index.events[i].cat.is_work() {
-            None
-        } else {
-            continue;
-        };
+            lane = Some(*lanes.entry(stream).or_insert_with(|| index.keys.id(Key::Int(stream))));
+        }
         let e = &mut index.events[i];
         let (pid, place) = (e.pid, place_of(e.tid, e.ts()));
         if let Some(lane) = lane {
@@ -117,7 +115,7 @@ pub fn annotate(index: &mut TraceIndex, annotations: &impl Lookup, default_strea
                 if let Some(lane) = lane {
                     flow.new_tid = lane;
                 }
-                if link == FlowLink::Follow && flow.pid == pid {
+                if claims && flow.pid == pid {
                     flow.follows = i as u32;
                 }
             }
