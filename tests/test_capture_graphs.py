@@ -163,6 +163,7 @@ def test_unpatched_capture_needs_a_kept_graph_to_remap(fake):
     unpatch_class(FakeCUDAGraph)
     try:
         capture.enable_annotations()
+        capture.uninstall()  # (enable_annotations installs torch's class)
         kept, kept_nodes = capture_one(fake, "kept", keep_graph=True)
         kept.instantiate()
         assert set(capture.get_kernel_annotations()) == set()  # scopes still pending
@@ -174,6 +175,24 @@ def test_unpatched_capture_needs_a_kept_graph_to_remap(fake):
             capture.remap_to_exec_graph(gone)
     finally:
         patch_class(FakeCUDAGraph)
+
+
+def test_recording_started_inside_a_capture_takes_it_over(fake):
+    unpatch_class(FakeCUDAGraph)
+    g = FakeCUDAGraph(fake)
+    try:
+        with capturing(g):
+            fake.launch("before")
+            with capture.recording():
+                patch_class(FakeCUDAGraph)  # what install() does to torch's class
+                assert not capture._state.state.no_capture_in_progress()
+                with capture.mark_kernels("inside"):
+                    k = fake.launch("k")
+    except BaseException:
+        patch_class(FakeCUDAGraph)
+        raise
+    assert set(capture.get_kernel_annotations()) == keys_of(g.graph_exec.id, [k])
+    assert capture._state.state.no_capture_in_progress()
 
 
 def test_manual_resolve_then_remap_in_the_patched_flow_is_harmless(fake):

@@ -69,6 +69,39 @@ def test_nested_scopes_merge_with_the_innermost_winning(fake):
     assert annotations_of(g, [deepest]) == [[{"name": "innermost", "color": "blue"}]]
 
 
+def test_a_resolve_while_outer_scopes_are_open_keeps_the_innermost_winning(fake):
+    capture.enable_annotations()
+    g = FakeCUDAGraph(fake)
+    with capturing(g):
+        with capture.mark_kernels({"name": "outer", "color": "red"}):
+            with capture.mark_kernels({"name": "inner"}):
+                inner = fake.launch("inner")
+            # another graph's capture end or instantiate resolves at any time
+            capture.resolve_pending_annotations()
+            with capture.mark_kernels({"name": "second", "color": "green"}):
+                second = fake.launch("second")
+        fake.launch("rest")
+    assert annotations_of(g, [inner]) == [[{"name": "inner", "color": "red"}]]
+    assert annotations_of(g, [second]) == [[{"name": "second", "color": "green"}]]
+
+
+def test_first_scope_of_a_stream_that_joins_an_earlier_fork(fake):
+    capture.enable_annotations()
+    g = FakeCUDAGraph(fake)
+    side = fake.new_stream()
+    with capturing(g) as main:
+        fake.wait_stream(side, main)  # fork before main has any work
+        with fake.use(side):
+            s1 = fake.launch("side before the scope")
+        with capture.mark_kernels("joined"):
+            fake.wait_stream(main, side)
+            k = fake.launch("k")
+            k2 = fake.launch("k2")
+        fake.launch("rest")
+    assert k.deps == [s1]
+    assert annotations_of(g, [k, k2, s1]) == [[{"name": "joined"}], [{"name": "joined"}], None]
+
+
 def test_only_kernel_memcpy_and_memset_nodes_are_recorded(fake):
     capture.enable_annotations()
     g = FakeCUDAGraph(fake)
@@ -271,7 +304,8 @@ def test_disabled_and_not_capturing_scopes_touch_no_driver(fake):
 
 
 def test_with_patches_and_no_capture_in_progress_scopes_ask_nothing(fake):
-    capture.enable_annotations()
+    capture.enable_annotations()  # asks once whether a capture is under way
+    fake.calls.clear()
     with capture.mark_kernels("eager"):
         fake.launch("eager")
     assert fake.calls == {}

@@ -89,7 +89,12 @@ class Recorder:
             frontier = tuple(frontier)
             known = {node: frozenset(graphs.dependents(node)) for node in frontier}
             return ScopeStart(graph, frontier, known, frozenset())
-        return ScopeStart(graph, (), {}, frozenset(graphs.root_nodes(graph)))
+        # No work on this stream yet, so its first node may hang off nothing (a new
+        # root) or off any node that exists now (joined from a stream that forked at
+        # the capture's start): remember every node's dependents. Only streams forked
+        # from this empty origin can have added nodes yet, so there are few.
+        known = {node: frozenset(graphs.dependents(node)) for node in graphs.nodes(graph)}
+        return ScopeStart(graph, (), known, frozenset(graphs.root_nodes(graph)))
 
     def end_scope(self, backend: Backend, start: ScopeStart, annotation: Annotation) -> None:
         created = _nodes_created_since(backend.graphs, start)
@@ -110,6 +115,13 @@ class Recorder:
             node_ids.sort()
             with self._lock:
                 self._pending.append((annotation, node_ids))
+
+    def has_pending(self, graph_id: Optional[int] = None) -> bool:
+        """Whether scopes wait to be resolved (that recorded nodes of ``graph_id``)."""
+        with self._lock:
+            if graph_id is None:
+                return bool(self._pending)
+            return any(node_ids[0] >> 32 == graph_id for _, node_ids in self._pending)
 
     # -- captures -------------------------------------------------------------------
 
@@ -133,15 +145,17 @@ class Recorder:
                 for node_id in node_ids:
                     per_node.setdefault(node_id, []).append(annotation)
             for node_id, scopes in per_node.items():
-                if len(scopes) == 1:
-                    merged = scopes[0]
+                recorded = self._annotations.get(node_id)
+                if recorded:
+                    # Resolved earlier while outer scopes were still open: those inner
+                    # scopes exited first and keep winning.
+                    scopes = [recorded[0], *scopes]
+                merged = scopes[0] if len(scopes) == 1 else _merge_innermost_first(scopes)
+                if recorded:
+                    recorded[0] = merged
                 else:
-                    merged = {}
-                    for annotation in scopes:
-                        for key, value in annotation.items():
-                            merged.setdefault(key, value)
-                self._annotations.setdefault(node_id, []).append(merged)
-                self._keys_by_graph.setdefault(node_id >> 32, set()).add(node_id)
+                    self._annotations[node_id] = [merged]
+                    self._keys_by_graph.setdefault(node_id >> 32, set()).add(node_id)
 
     def rekey(self, old_graph_id: int, new_graph_id: int) -> None:
         """Move everything keyed by ``old_graph_id`` to ``new_graph_id``."""
@@ -258,17 +272,26 @@ class Recorder:
         logger.log(level, "cgfast.capture: %s failed; its annotations are dropped", what, exc_info=True)
 
 
+def _merge_innermost_first(scopes: List[Annotation]) -> Annotation:
+    merged: Annotation = {}
+    for annotation in scopes:
+        for key, value in annotation.items():
+            merged.setdefault(key, value)
+    return merged
+
+
 def _nodes_created_since(graphs: GraphDriver, start: ScopeStart) -> List[int]:
     """Nodes reachable from the entry frontier through edges that did not exist at entry
-    (or, when the frontier was empty, the new roots and everything below them)."""
+    (or, when the frontier was empty, from every node of the graph at entry and from
+    the new roots)."""
     if start.frontier:
         found: List[int] = []
         stack = list(start.frontier)
         seen = set(stack)
     else:
         found = [root for root in graphs.root_nodes(start.graph) if root not in start.entry_roots]
-        stack = list(found)
-        seen = set(found)
+        stack = [*found, *start.known_dependents]
+        seen = set(stack)
     known = start.known_dependents
     while stack:
         node = stack.pop()

@@ -18,6 +18,7 @@ from cgfast.capture._interface import Backend
 from cgfast.capture._state import state
 
 _KEYS_ATTR = "_cgfast_keys"
+_COUNTED_ATTR = "_cgfast_counted"
 _ORIGINALS_ATTR = "_cgfast_original_methods"
 _HOOKED_METHODS = ("capture_begin", "capture_end", "instantiate", "replay")
 _NEVER_CAPTURED = object()
@@ -54,6 +55,28 @@ def on_capture_begin(cuda_graph: Any) -> None:
         return
     setattr(cuda_graph, _KEYS_ATTR, keys)
     state.recorder.capture_started(capture.graph)
+
+
+def take_over_capture(cuda_graph: Any) -> None:
+    """Before the end of a capture that was not being recorded (begun before
+    ``install()`` or while annotations were off): if scopes recorded nodes of it, record
+    it from here on so they are resolved and remapped like any other."""
+    recorder = state.recorder
+    if not recorder.has_pending():
+        return
+    try:
+        backend = state.backend()
+        stream = backend.streams.capturing_stream() if backend is not None else None
+        capture = backend.graphs.capture_state(stream) if stream is not None else None
+        if capture is None:
+            return
+        graph_id = backend.ids.graph_id(capture.graph)
+    except Exception:
+        recorder.report_failure("reading the capture graph at capture end")
+        return
+    if recorder.has_pending(graph_id):
+        setattr(cuda_graph, _KEYS_ATTR, GraphKeys(graph_id, capture.graph))
+        recorder.capture_started(capture.graph)
 
 
 def on_capture_end(cuda_graph: Any) -> None:
@@ -161,12 +184,17 @@ def _wrapped(name: str, original):
         def capture_begin(self, *args, **kwargs):
             original(self, *args, **kwargs)
             state.capture_began()
+            setattr(self, _COUNTED_ATTR, True)
             on_capture_begin(self)
 
         wrapper = capture_begin
     elif name == "capture_end":
 
         def capture_end(self, *args, **kwargs):
+            counted = getattr(self, _COUNTED_ATTR, False)
+            setattr(self, _COUNTED_ATTR, False)
+            if getattr(self, _KEYS_ATTR, None) is None:
+                take_over_capture(self)
             try:
                 on_capture_end(self)
                 original(self, *args, **kwargs)
@@ -174,7 +202,10 @@ def _wrapped(name: str, original):
                 on_capture_failed(self)
                 raise
             finally:
-                state.capture_over()
+                if counted:
+                    state.capture_over()
+                else:
+                    state.uncounted_capture = False
             if getattr(self, _KEYS_ATTR, None) is not None and _has_exec(self):
                 on_instantiated(self)
 
@@ -200,19 +231,33 @@ def _wrapped(name: str, original):
 
 def patch_class(cls: type) -> bool:
     """Wrap ``cls``'s capture methods (idempotent). ``False`` when ``cls`` cannot capture."""
-    if _ORIGINALS_ATTR in cls.__dict__:
-        return True
-    if not all(hasattr(cls, name) for name in ("capture_begin", "capture_end", "raw_cuda_graph_exec")):
-        return False
-    originals = {}
-    for name in _HOOKED_METHODS:
-        if not hasattr(cls, name):
-            continue
-        originals[name] = cls.__dict__.get(name, _INHERITED)
-        setattr(cls, name, _wrapped(name, getattr(cls, name)))
-    setattr(cls, _ORIGINALS_ATTR, originals)
-    state.patched_classes += 1
+    if _ORIGINALS_ATTR not in cls.__dict__:
+        if not all(hasattr(cls, name) for name in ("capture_begin", "capture_end", "raw_cuda_graph_exec")):
+            return False
+        originals = {}
+        for name in _HOOKED_METHODS:
+            if not hasattr(cls, name):
+                continue
+            originals[name] = cls.__dict__.get(name, _INHERITED)
+            setattr(cls, name, _wrapped(name, getattr(cls, name)))
+        setattr(cls, _ORIGINALS_ATTR, originals)
+        state.patched_classes += 1
+    _notice_a_capture_begun_earlier()
     return True
+
+
+def _notice_a_capture_begun_earlier() -> None:
+    """A capture already under way when recording starts (``recording()`` entered inside
+    ``torch.cuda.graph``) was not counted: until it ends, scopes ask the driver."""
+    if not state.enabled or state.captures_in_progress or state.uncounted_capture:
+        return
+    backend = state.backend()
+    try:
+        capturing = backend is not None and backend.streams.capturing_stream() is not None
+    except Exception:
+        state.recorder.report_failure("asking whether the current stream captures")
+        return
+    state.uncounted_capture = capturing
 
 
 def unpatch_class(cls: type) -> None:
@@ -245,7 +290,9 @@ def install() -> bool:
     While installed, the patched methods also count the captures in progress, and a
     scope opened while none is skips asking the driver whether its stream captures:
     scopes then record in captures made through ``torch.cuda.CUDAGraph`` (any of the
-    above), not in captures begun some other way or before ``install()``."""
+    above; one already under way on the current stream when recording starts is taken
+    over), not in captures begun outside it (a raw ``cudaStreamBeginCapture``): for
+    those, :func:`uninstall` and remap with :func:`remap_to_exec_graph`."""
     cls = _torch_graph_class()
     return cls is not None and patch_class(cls)
 
@@ -269,10 +316,10 @@ class recording:
         self._previous = []
 
     def __enter__(self) -> "recording":
-        install()
         self._previous.append(state.enabled)
         state.enabled = True
         state.backend()  # choose the id source now, before any capture is under way
+        install()
         return self
 
     def __exit__(self, exc_type, exc, traceback) -> bool:

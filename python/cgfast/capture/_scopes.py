@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Dict, Hashable, Union
 
+from cgfast.capture._graphs import install
 from cgfast.capture._state import state
 
 AnnotationLike = Union[str, Dict[str, Any]]
@@ -165,9 +166,12 @@ def _lane(key: Hashable) -> int:
 
 
 def enable_annotations() -> None:
-    """Record annotations from now on (and choose the id source, if not done yet)."""
+    """Record annotations from now on: choose the id source, if not done yet, and
+    :func:`install` the patches, so every capture through ``torch.cuda.CUDAGraph`` is
+    resolved and remapped by itself and scopes outside a capture ask no driver."""
     state.enabled = True
     state.backend()
+    install()
 
 
 def disable_annotations() -> None:

@@ -47,6 +47,8 @@ class State:
         # progress a scope need not ask the driver whether its stream is capturing.
         self.patched_classes = 0
         self.captures_in_progress = 0
+        # A capture that began before the patches (its end is still seen by them).
+        self.uncounted_capture = False
         self._count_lock = threading.Lock()
         self._selected = False
         self._backend: Optional[Backend] = None
@@ -64,7 +66,7 @@ class State:
 
     def no_capture_in_progress(self) -> bool:
         """True only when every capture goes through a patched class and none is open."""
-        return self.patched_classes > 0 and self.captures_in_progress == 0
+        return self.patched_classes > 0 and self.captures_in_progress == 0 and not self.uncounted_capture
 
     def backend(self) -> Optional[Backend]:
         """The backend in use, choosing it on first call; ``None`` when there is none."""
@@ -85,9 +87,12 @@ class State:
         return backend.description if backend is not None else f"none: {self._reason}"
 
     def streams(self) -> StreamOps:
-        backend = self.backend()
-        if backend is not None:
-            return backend.streams
+        """The backend's stream operations; torch's while none is chosen and annotations
+        are off (switching streams and naming lanes need no id source)."""
+        if self._selected or self.enabled:
+            backend = self.backend()
+            if backend is not None:
+                return backend.streams
         if self._streams is None:
             self._streams = TorchStreams()
         return self._streams
