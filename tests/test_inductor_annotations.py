@@ -72,7 +72,7 @@ def test_user_keys_skip_inductor_internals_and_join_differing_values():
         ("a", {"custom": {"component": "attn", "stream": 1, "mempool": (0, 1), "_private": 2}}),
         ("b", {"custom": {"component": "ffn", "layer": 3, "nested_region_config": {}}}),
     )
-    assert user_keys([a, b]) == {"component": "attn + ffn", "layer": "3"}
+    assert user_keys([a, b]) == {"component": "attn + ffn", "_private": "2", "layer": "3"}
 
 
 def test_annotation_keys_and_precedence():

@@ -245,6 +245,19 @@ def test_extern_mm_and_fallback_op():
     assert launching(found, "torch.ops.cgfast_test.double.default(")[0].annotation == {"name": "double"}
 
 
+def test_a_fallback_that_writes_its_own_launch_line():
+    def dropout_like(x):
+        y = x * 2
+        y.bernoulli_(0.5)
+        return y + 1
+
+    with config.patch(fallback_random=True):
+        _, (code,) = _compile_on(dropout_like, torch.rand(8))
+    found = brackets(code)
+    assert len(launching(found, "torch.ops.aten.bernoulli_.float(")) == 1
+    assert sum(line.count(".bernoulli_.") for line in code.splitlines()) == 1
+
+
 def test_control_flow_subgraphs_are_bracketed_with_their_own_nodes():
     def branches(p, x):
         return torch.cond(p, lambda x: x.sin() + 1, lambda x: x.cos() * 2, (x,))

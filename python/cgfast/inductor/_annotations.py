@@ -95,7 +95,7 @@ def user_keys(nodes: Iterable[torch.fx.Node]) -> Annotation:
     for node in nodes:
         for key, value in (node.meta.get("custom") or {}).items():
             key = str(key)
-            if key in INDUCTOR_CUSTOM_KEYS or key.startswith("_"):
+            if key in INDUCTOR_CUSTOM_KEYS:
                 continue
             seen = values.setdefault(key, [])
             if str(value) not in seen:

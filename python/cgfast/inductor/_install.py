@@ -32,7 +32,7 @@ HOOK_POINTS = (
     ("torch._inductor.codegen.wrapper", "PythonWrapperCodegen.generate_index_put_fallback"),
     ("torch._inductor.codegen.wrapper", "PythonWrapperCodegen.codegen_device_copy"),
     ("torch._inductor.codegen.wrapper", "SubgraphPythonWrapperCodegen"),
-    ("torch._inductor.scheduler", "Scheduler"),
+    ("torch._inductor.scheduler", "Scheduler.codegen_extern_call"),
     ("torch._inductor.virtualized", "V"),
     ("torch._inductor.cudagraph_trees", "CUDAGraphNode._record"),
     ("torch._inductor.compile_fx", "cudagraphify_impl"),
@@ -118,10 +118,11 @@ def install() -> bool:
             _state.update(installed=True, native=True)
             return False
         _check_torch()
-        from cgfast.inductor import _cudagraphs
+        from cgfast.inductor import _cudagraphs, _wrapper
 
         _config.register_entries()
         _register_wrappers()
+        _wrapper.install_scheduler_hook()
         _cudagraphs.install()
         _state["installed"] = True
         return True

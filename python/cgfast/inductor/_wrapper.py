@@ -16,6 +16,7 @@ extern and fallback kernels through the ``generate_*`` entry points named in
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Iterator
 from typing import Any, Callable, Optional
@@ -30,6 +31,8 @@ from torch._inductor.virtualized import V
 from cgfast.inductor._annotations import Annotation, origins_of
 
 log = logging.getLogger(__name__)
+
+_WRAPPED_MARK = "_cgfast_brackets_launches"
 
 IMPORT_LINE = "from cgfast.capture import mark_kernels as _mark_kernels"
 
@@ -145,6 +148,36 @@ for _name in EXTERN_ENTRY_POINTS + OPTIONAL_EXTERN_ENTRY_POINTS:
         setattr(_LaunchBrackets, _name, _bracketing_extern(_name))
 for _name in CURRENT_NODE_ENTRY_POINTS:
     setattr(_LaunchBrackets, _name, _bracketing_current_extern(_name))
+
+
+# Extern kernels whose codegen writes its launch line itself, through no ``generate_*``
+# entry point: bracketed around the scheduler's call of that codegen.
+SELF_WRITING_EXTERNS = ("InplaceBernoulliFallback",)
+
+
+def _bracketing_extern_call(original: Callable[..., Any]) -> Callable[..., Any]:
+    from torch._inductor import ir
+
+    kinds = tuple(k for k in (getattr(ir, name, None) for name in SELF_WRITING_EXTERNS) if k is not None)
+
+    @functools.wraps(original)
+    def codegen_extern_call(self: Any, scheduler_node: Any) -> Any:
+        node, wrapper = scheduler_node.node, V.graph.wrapper_code
+        if not isinstance(node, kinds) or not isinstance(wrapper, _LaunchBrackets):
+            return original(self, scheduler_node)
+        name = str(getattr(node, "python_kernel_name", None) or type(node).__name__)
+        with wrapper._bracket(lambda: origins_of(V.graph).extern(node), name):
+            return original(self, scheduler_node)
+
+    setattr(codegen_extern_call, _WRAPPED_MARK, True)
+    return codegen_extern_call
+
+
+def install_scheduler_hook() -> None:
+    from torch._inductor.scheduler import Scheduler
+
+    if not getattr(Scheduler.codegen_extern_call, _WRAPPED_MARK, False):
+        Scheduler.codegen_extern_call = _bracketing_extern_call(Scheduler.codegen_extern_call)
 
 
 class AnnotatingPythonWrapperCodegen(_LaunchBrackets, PythonWrapperCodegen):
