@@ -40,7 +40,9 @@ def outputs(traces):
 
 
 def test_every_trace_is_annotated_on_the_cluster(client, work):
-    reports = annotate_many(work, engine=client)
+    with distributed.get_task_stream(client) as tasks:
+        reports = annotate_many(work, engine=client)
+    assert sorted(str(t["key"]).split(" ", 1)[1] for t in tasks.data) == [r["input"] for r in reports]
     assert [r["input"] for r in reports] == [str(p) for p in sorted(work.rglob("*.pt.trace.json.gz"))]
     assert all(r["ok"] for r in reports), reports
     assert all(r["report"]["annotated"] > 0 for r in reports)

@@ -13,6 +13,7 @@ and cgfast installed on the workers. Importing this module imports neither.
 from __future__ import annotations
 
 import os
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, Iterable, List, Optional, Union
 
@@ -83,15 +84,25 @@ def _on_cluster(client: Any, traces: List[str], options: Dict[str, Any]) -> List
     from distributed import wait
 
     # Workers may run elsewhere: name every file from the root of the shared storage.
-    futures = client.map(annotate_one, [os.path.abspath(t) for t in traces], options=options, pure=False)
+    absolute = [os.path.abspath(t) for t in traces]
+    batch = uuid.uuid4().hex[:8]  # a later batch of the same files gets tasks of its own
+    keys = [f"cgfast-annotate-{batch}-{i} {path}" for i, path in enumerate(absolute)]
+    futures = client.map(annotate_one, absolute, options=options, key=keys)
     wait(futures)
     reports = []
     for trace, future in zip(traces, futures):
         if future.status == "finished":
             reports.append({**future.result(), "input": trace})
         else:  # the task itself failed: its worker died, or cgfast is missing there
-            reports.append({"input": trace, "ok": False, "error": f"{trace}: {future.status} on the cluster: {future.exception()!r}"})
+            reports.append({"input": trace, "ok": False, "error": f"{trace}: {future.status} on the cluster: {_why(future)}"})
     return reports
+
+
+def _why(future: Any) -> str:
+    try:
+        return repr(future.exception())
+    except BaseException as e:  # a cancelled task has no exception to give
+        return repr(e)
 
 
 def _current_client() -> Optional[Any]:
