@@ -333,9 +333,13 @@ def run_compiled(gt, tmp_path, name: str, step, steps: int = 3):
     annotated = load(handler.annotate_result["output"])
     figures = verify(annotated, expected, launches)
     cli = cli_annotate(handler.trace_path, os.path.join(directory, "cli.annotated.json.gz"))
+    assert load(cli["output"]) == annotated
     report(name, directory, figures, cli)
     assert figures["replays"] >= steps and figures["annotated"] > 0
     assert figures["mismatches"] == [], figures["mismatches"][:5]
+    recovery = cli["recovery"]
+    assert recovery["recovered_replays"] == recovery["replays"] >= steps, recovery
+    assert recovery["unresolved_events"] == 0, recovery
     return annotated, figures
 
 
