@@ -316,7 +316,48 @@ impl<'a> Cursor<'a> {
     }
 
     /// Validate and skip one value of any kind, without recursion.
+    #[inline]
     pub fn skip_value(&mut self) -> Scan<()> {
+        match self.peek()? {
+            b'{' | b'[' => self.skip_container(),
+            _ => self.scalar().map(|_| ()),
+        }
+    }
+
+    /// A flat array of small unsigned integers (`[1, 2, 3]`), skipped; `None` (the
+    /// cursor unmoved) for any other value, even a valid one.
+    #[inline]
+    pub fn small_int_array(&mut self) -> Option<Scalar> {
+        let buf = self.buf;
+        let start = self.pos;
+        let mut i = start + 1;
+        if buf.get(start) != Some(&b'[') {
+            return None;
+        }
+        loop {
+            while buf.get(i).is_some_and(|&b| is_ws(b)) {
+                i += 1;
+            }
+            let digits = buf.get(i..)?.iter().take_while(|b| b.is_ascii_digit()).count();
+            if digits == 0 || (digits > 1 && buf[i] == b'0') {
+                return None;
+            }
+            i += digits;
+            while buf.get(i).is_some_and(|&b| is_ws(b)) {
+                i += 1;
+            }
+            match buf.get(i)? {
+                b',' => i += 1,
+                b']' => {
+                    self.pos = i + 1;
+                    return Some(Scalar::Container { start, end: self.pos });
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    fn skip_container(&mut self) -> Scan<()> {
         self.nesting.clear();
         loop {
             // At a value.

@@ -62,7 +62,12 @@ impl Num {
     }
 
     /// Parse a JSON number token (or Python's `NaN`/`Infinity` extensions).
+    #[inline]
     pub fn parse(token: &[u8]) -> Option<Num> {
+        parse_short(token).or_else(|| Num::parse_any(token))
+    }
+
+    fn parse_any(token: &[u8]) -> Option<Num> {
         match token {
             b"NaN" => return Some(Num::Float(f64::NAN)),
             b"Infinity" => return Some(Num::Float(f64::INFINITY)),
@@ -74,6 +79,39 @@ impl Num {
         } else {
             parse_int(token).map(Num::Int)
         }
+    }
+}
+
+/// The common shapes in one pass: `-?digits` and `-?digits.digits` of at most 18
+/// digits in all (the integer part of a fraction at most 2**53); `None` for anything
+/// else, which [`Num::parse_any`] reads. The results are those of `parse_int` and
+/// `parse_decimal`.
+#[inline]
+fn parse_short(token: &[u8]) -> Option<Num> {
+    const POW10: [f64; 19] = [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18];
+    let (negative, body) = match token.first()? {
+        b'-' => (true, &token[1..]),
+        _ => (false, token),
+    };
+    if body.is_empty() || body.len() > 19 {
+        return None;
+    }
+    let mut m: u64 = 0;
+    let mut dot = None;
+    for (i, &b) in body.iter().enumerate() {
+        match b {
+            b'0'..=b'9' => m = m * 10 + (b - b'0') as u64,
+            b'.' if dot.is_none() && i > 0 => dot = Some(i),
+            _ => return None,
+        }
+    }
+    match dot {
+        None if body.len() <= 18 => Some(Num::Int(if negative { -(m as i64) } else { m as i64 })),
+        Some(d) if d + 1 < body.len() && m <= 1 << 53 => {
+            let v = m as f64 / POW10[body.len() - d - 1];
+            Some(Num::Float(if negative { -v } else { v }))
+        }
+        _ => None,
     }
 }
 

@@ -2,6 +2,8 @@
 //! each graphed event goes to, what is noise, which lanes need names, which
 //! overlapping kernels move aside, and which timestamps are jitter to repair.
 
+use std::cmp::Ordering;
+
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use crate::annotations::Resolved;
@@ -226,7 +228,28 @@ fn lane_candidates(index: &TraceIndex, kernels_only: bool) -> Vec<(f64, u32)> {
 
 /// Sort by start time, stably like Python's `sorted`.
 fn sort_by_ts(events: &mut [(f64, u32)]) {
-    events.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal));
+    sort_stably(events, |e| e.0.is_nan(), |a, b| a.0.partial_cmp(&b.0).unwrap_or(Ordering::Equal), |e| (float_order(e.0), e.1));
+}
+
+/// `items.sort_by(compare)`, faster. Without NaN (which makes `compare` inconsistent),
+/// `key` must order as `compare` does and then by input position: that is a total
+/// order, so an unstable sort by it gives the same result.
+pub(crate) fn sort_stably<T, K: Ord>(items: &mut [T], is_nan: impl Fn(&T) -> bool, compare: impl Fn(&T, &T) -> Ordering, key: impl Fn(&T) -> K) {
+    if items.iter().any(is_nan) {
+        items.sort_by(compare);
+    } else {
+        items.sort_unstable_by_key(key);
+    }
+}
+
+/// A float that is not NaN as an integer of the same order (`-0.0` equal to `0.0`).
+pub(crate) fn float_order(f: f64) -> u64 {
+    let bits = if f == 0.0 { 0 } else { f.to_bits() };
+    if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | 1 << 63
+    }
 }
 
 /// `_move_overlapping_to_stream`: graphed kernels on `default_stream` that start
@@ -284,7 +307,7 @@ pub fn fix_timestamps(index: &mut TraceIndex, max_adjust_us: f64) -> Fixed {
             (rank_of[lane], ts, i)
         })
         .collect();
-    events.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.partial_cmp(&b.1).unwrap_or(std::cmp::Ordering::Equal)));
+    sort_stably(&mut events, |e| e.1.is_nan(), |a, b| a.0.cmp(&b.0).then(a.1.partial_cmp(&b.1).unwrap_or(Ordering::Equal)), |e| (e.0, float_order(e.1), e.2));
     let limit = Num::Float(max_adjust_us);
     let mut out = Fixed::default();
     let mut lane = NONE;

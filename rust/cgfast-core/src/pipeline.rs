@@ -167,6 +167,9 @@ pub fn annotate_file(
         writes: quoted(&resolved),
         lane_json: (0..index.keys.count() as KeyId).map(|id| index.keys.to_json(index.keys.key(id))).collect(),
         editor: Editor::default(),
+        ts_text: String::new(),
+        node_text: String::new(),
+        edits: EventEdits::default(),
     };
 
     let out_file = AtomicFile::create(output).map_err(|e| fail(format!("{}: cannot write: {}", output.display(), describe_io(&e))))?;
@@ -274,18 +277,29 @@ fn merge_by_ordinal(a: impl Iterator<Item = Change>, b: impl Iterator<Item = Cha
 }
 
 /// What pass two needs besides the index: the annotations' writes and every lane's
-/// JSON, made once.
+/// JSON, made once, and buffers reused from event to event.
 struct Rewriting<'a> {
     index: &'a TraceIndex,
     layout: &'a scan::Layout,
     writes: HashMap<NodeId, QuotedWrites>,
     lane_json: Vec<String>,
     editor: Editor,
+    ts_text: String,
+    node_text: String,
+    edits: EventEdits<'static>,
+}
+
+/// An empty list that reuses the allocation of `sets` (collecting a vector's own
+/// elements into a vector of the same layout happens in place).
+fn recycle<'b>(mut sets: Vec<Set<'_>>) -> Vec<Set<'b>> {
+    sets.clear();
+    sets.into_iter().map(|_| unreachable!("cleared")).collect()
 }
 
 impl Rewriting<'_> {
     /// Write the edited form of tracked event (or flow) `id` into `out`.
     fn edit(&mut self, id: usize, original: &[u8], out: &mut Vec<u8>) {
+        use std::fmt::Write;
         let index = self.index;
         let (tid, ts, stream, node, annotation, places) = if id < index.events.len() {
             let e = &index.events[id];
@@ -296,17 +310,19 @@ impl Rewriting<'_> {
             let (tid, ts) = flow_place(index, f);
             ((tid != f.tid).then_some(tid), ts, None, None, None, self.layout.flow_places[j].places())
         };
-        let ts_text = ts.map(Num::to_json);
-        let node_text = node.map(|n| n.to_string());
-        let mut edits = EventEdits::default();
+        self.ts_text.clear();
+        self.node_text.clear();
+        let mut edits = EventEdits { top: recycle(std::mem::take(&mut self.edits.top)), args: recycle(std::mem::take(&mut self.edits.args)) };
         if let Some(t) = tid {
             edits.top.push(Set { key: "tid", quoted_key: "\"tid\"", value: &self.lane_json[t as usize] });
         }
-        if let Some(t) = &ts_text {
-            edits.top.push(Set { key: "ts", quoted_key: "\"ts\"", value: t });
+        if let Some(t) = ts {
+            self.ts_text.push_str(&t.to_json());
+            edits.top.push(Set { key: "ts", quoted_key: "\"ts\"", value: &self.ts_text });
         }
-        if let Some(n) = &node_text {
-            edits.args.push(Set { key: "graph node id", quoted_key: "\"graph node id\"", value: n });
+        if let Some(n) = node {
+            write!(self.node_text, "{n}").expect("writing to a String");
+            edits.args.push(Set { key: "graph node id", quoted_key: "\"graph node id\"", value: &self.node_text });
         }
         if let Some(w) = annotation.and_then(|n| self.writes.get(&n)) {
             edits.args.extend(w.writes.iter().map(|(k, qk, v)| Set { key: k, quoted_key: qk, value: v }));
@@ -317,6 +333,7 @@ impl Rewriting<'_> {
         if !edit::splice(original, &places, &edits, out) && !self.editor.apply(original, &edits, out) {
             out.extend_from_slice(original);
         }
+        self.edits = EventEdits { top: recycle(edits.top), args: recycle(edits.args) };
     }
 }
 

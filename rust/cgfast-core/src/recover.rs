@@ -2,11 +2,14 @@
 //! `cudaGraphLaunch` correlation) are matched to a recorded graph by their kernels,
 //! then to its nodes in dependency order.
 
+use std::cmp::Ordering;
 use std::collections::BTreeSet;
 
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::annotations::{Annotations, GraphNode, NodeKind};
+use crate::key::Num;
+use crate::passes::{float_order, sort_stably};
 use crate::trace::{Cat, Node, TraceIndex};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -242,6 +245,16 @@ fn assign(events: &[Event], plan: &Plan, tier: Tier, tied: &mut u64) -> Option<V
     Some(out)
 }
 
+/// A replay's events in start order (then input order). The index keeps starts exact
+/// in an `f64`, so comparing them as floats is Python's comparison.
+fn by_start(index: &TraceIndex, members: Vec<usize>) -> Vec<usize> {
+    let mut starts: Vec<(Num, u32)> = members.into_iter().map(|i| (index.events[i].ts().expect("not odd"), i as u32)).collect();
+    let is_nan = |s: &(Num, u32)| s.0.as_f64().is_nan();
+    let compare = |a: &(Num, u32), b: &(Num, u32)| a.0.py_cmp(b.0).unwrap_or(Ordering::Equal).then(a.1.cmp(&b.1));
+    sort_stably(&mut starts, is_nan, compare, |s| (float_order(s.0.as_f64()), s.1));
+    starts.into_iter().map(|(_, i)| i as usize).collect()
+}
+
 /// Recover node ids in `index` from the topology in `annotations`.
 pub fn recover(index: &mut TraceIndex, annotations: &Annotations, mode: Recover) -> Recovery {
     let mut report = Recovery::default();
@@ -286,14 +299,10 @@ pub fn recover(index: &mut TraceIndex, annotations: &Annotations, mode: Recover)
     correlations.sort_unstable();
 
     for c in correlations {
-        let mut members = replays.remove(&c).expect("listed");
-        members.sort_by(|&a, &b| {
-            let (x, y) = (index.events[a].ts().expect("not odd"), index.events[b].ts().expect("not odd"));
-            x.py_cmp(y).unwrap_or(std::cmp::Ordering::Equal).then(a.cmp(&b))
-        });
-        let events: Vec<Event> = members
-            .iter()
-            .map(|&i| {
+        let members = replays.remove(&c).expect("listed");
+        let events: Vec<Event> = by_start(index, members)
+            .into_iter()
+            .map(|i| {
                 let e = &index.events[i];
                 let kind = kind_of(e.cat).expect("work");
                 let (full, base) = *name_keys.entry((e.name, kind.code())).or_insert_with(|| {

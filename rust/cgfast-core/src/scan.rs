@@ -195,6 +195,7 @@ struct Raw {
     block: Option<Scalar>,
 }
 
+#[inline]
 fn key_bytes<'b>(buf: &'b [u8], k: StrSpan, scratch: &'b mut String) -> &'b [u8] {
     if !k.escaped {
         return &buf[k.start..k.end];
@@ -210,6 +211,16 @@ fn spanned(c: &mut Cursor<'_>) -> Scan<(Scalar, (usize, usize))> {
     let start = c.pos;
     let v = c.scalar()?;
     Ok((v, (start, c.pos)))
+}
+
+/// A grid or block value: mostly `[x, y, z]`, read without the general scanner.
+#[inline]
+fn dims_value(c: &mut Cursor<'_>) -> Scan<Scalar> {
+    c.peek()?;
+    match c.small_int_array() {
+        Some(v) => Ok(v),
+        None => c.scalar(),
+    }
 }
 
 fn parse_event(c: &mut Cursor<'_>, raw: &mut Raw, write_keys: &WriteKeys) -> Scan<()> {
@@ -268,8 +279,8 @@ fn parse_event(c: &mut Cursor<'_>, raw: &mut Raw, write_keys: &WriteKeys) -> Sca
                                 raw.args_stream = Some(v);
                                 raw.stream_at = Some(at);
                             }
-                            b"grid" => raw.grid = Some(c.scalar()?),
-                            b"block" => raw.block = Some(c.scalar()?),
+                            b"grid" => raw.grid = Some(dims_value(c)?),
+                            b"block" => raw.block = Some(dims_value(c)?),
                             _ => c.skip_value()?,
                         }
                         Ok(())
@@ -313,12 +324,15 @@ fn key(buf: &[u8], s: Option<Scalar>, keys: &mut Keys) -> Key {
     }
 }
 
-/// How a key's value was written, where its key does not show it.
-fn spelling(buf: &[u8], s: Option<Scalar>) -> Spelling {
+/// A key and how its value was written, where the key does not show it.
+fn spelled_key(buf: &[u8], s: Option<Scalar>, keys: &mut Keys) -> (Key, Spelling) {
     match s {
-        Some(Scalar::Bool(_)) => Spelling::Bool,
-        Some(Scalar::Number { start, end }) => Num::parse(&buf[start..end]).map_or(Spelling::Plain, Spelling::of_num),
-        _ => Spelling::Plain,
+        Some(Scalar::Bool(b)) => (Key::Int(b as i64), Spelling::Bool),
+        Some(Scalar::Number { start, end }) => match Num::parse(&buf[start..end]) {
+            Some(n) => (keys.num(n), Spelling::of_num(n)),
+            None => (keys.unique(), Spelling::Plain),
+        },
+        _ => (key(buf, s, keys), Spelling::Plain),
     }
 }
 
@@ -389,7 +403,7 @@ fn observe(buf: &[u8], raw: &Raw, ordinal: u32, index: &mut TraceIndex) -> Kept 
         Ph::Other
     };
     let node = if raw.args_object { node(buf, raw.gni) } else { Node::Missing };
-    let tid = key(buf, raw.tid, &mut index.keys);
+    let (tid, tid_spelling) = spelled_key(buf, raw.tid, &mut index.keys);
     if !is_tracked(cat, ph, node) {
         index.event_count += 1;
         let id = index.keys.id(tid);
@@ -400,14 +414,21 @@ fn observe(buf: &[u8], raw: &Raw, ordinal: u32, index: &mut TraceIndex) -> Kept 
         Some(Scalar::Str(span)) => Some(text_of(buf, span)),
         _ => None,
     };
+    let (pid, pid_spelling) = match raw.pid {
+        Some(p) => {
+            let (key, spelling) = spelled_key(buf, Some(p), &mut index.keys);
+            (Some(key), spelling)
+        }
+        None => (None, Spelling::Plain),
+    };
     let obs = Observed {
         ph,
         cat,
         name: name_text.as_deref(),
-        pid: raw.pid.map(|p| key(buf, Some(p), &mut index.keys)),
+        pid,
         tid,
-        pid_spelling: spelling(buf, raw.pid),
-        tid_spelling: spelling(buf, raw.tid),
+        pid_spelling,
+        tid_spelling,
         ts: field(buf, raw.ts),
         dur: field(buf, raw.dur),
         args: match raw.args {
