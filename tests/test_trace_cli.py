@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -295,6 +296,7 @@ def test_import_cgfast_does_not_import_torch(gen, tmp_path):
     trace, ann = fresh(gen, tmp_path)
     code = f"""
 import sys
+import time
 import cgfast
 assert "torch" not in sys.modules, "import cgfast imported torch"
 trace = {{"traceEvents": [{{"ph": "X", "cat": "kernel", "tid": 7, "ts": 1, "dur": 1, "args": {{"graph node id": 5}}}}]}}
@@ -316,3 +318,19 @@ def test_python_m_cgfast_does_not_import_torch(tmp_path):
     code = "import runpy, sys\nsys.argv = ['cgfast', '--version']\ntry:\n    runpy.run_module('cgfast', run_name='__main__')\nexcept SystemExit as e:\n    assert e.code == 0, e.code\nassert 'torch' not in sys.modules\nprint('ok')"
     proc = _python(code)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr
+
+
+def test_reported_seconds_include_loading_the_annotations(tk, tmp_path):
+    # a tiny trace and a large annotation file: the run is mostly the loading
+    trace = tmp_path / "t.json"
+    trace.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "ts": 1, "dur": 1, "args": {"graph node id": 5}}]}')
+    ann = tk.write_json_annotations(tmp_path / "a.json", {n: [{"name": f"layers.{n}.mlp", "layer": n}] for n in range(1, 400_000)})
+    started = time.perf_counter()
+    proc = tk.run_cli(trace, "-a", ann, "-o", tmp_path / "o.json", "--json")
+    wall = time.perf_counter() - started
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["seconds"] >= wall / 2, f"the whole run took {wall:.3f} s"
+    started = time.perf_counter()
+    report = cgfast.annotate_file(trace, ann, tmp_path / "o2.json")
+    wall = time.perf_counter() - started
+    assert report["seconds"] >= wall / 2, f"the whole call took {wall:.3f} s"

@@ -31,6 +31,9 @@ enum Command {
 
 const SUBCOMMANDS: &[&str] = &["annotate", "summary", "help"];
 
+/// The exit status of a run stopped by SIGINT or SIGTERM (128 + SIGINT, as shells do).
+pub const INTERRUPTED: i32 = 130;
+
 /// Run the command line; returns the process exit status.
 pub fn run<I, T>(argv: I) -> i32
 where
@@ -57,6 +60,10 @@ where
     });
     match result {
         Ok(Ok(())) => 0,
+        Ok(Err(_)) if cgfast_core::cancel::requested() => {
+            eprintln!("cgfast: interrupted");
+            INTERRUPTED
+        }
         Ok(Err(message)) => {
             eprintln!("cgfast: error: {message}");
             1
@@ -74,4 +81,29 @@ pub fn quiet_panics() {
         let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
         eprintln!("cgfast: panic{at}");
     }));
+}
+
+/// Make SIGINT and SIGTERM stop a run cleanly (its temporary output removed, exit
+/// status 130); a second signal ends the process at once.
+#[cfg(unix)]
+pub fn stop_on_signals() -> std::io::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    for signal in [SIGINT, SIGTERM] {
+        // SAFETY: the handler only loads and stores an atomic and calls _exit, all
+        // async-signal-safe.
+        unsafe {
+            signal_hook::low_level::register(signal, || {
+                if cgfast_core::cancel::requested() {
+                    signal_hook::low_level::exit(INTERRUPTED);
+                }
+                cgfast_core::cancel::request();
+            })?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+pub fn stop_on_signals() -> std::io::Result<()> {
+    Ok(())
 }
