@@ -69,17 +69,23 @@ where
             1
         }
         Err(_) => {
-            eprintln!("cgfast: internal error (a bug: please report it with the input that caused it)");
+            let at = LAST_PANIC.lock().ok().and_then(|mut p| p.take()).unwrap_or_default();
+            eprintln!("cgfast: internal error{at} (a bug: please report it with the input that caused it)");
             1
         }
     }
 }
 
-/// Keep panics to one line: `run` reports them itself.
+/// Where the last panic happened (` at file:line`), for `run`'s one line.
+static LAST_PANIC: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Keep panics to one line: the hook only notes where, and `run` reports it.
 pub fn quiet_panics() {
     std::panic::set_hook(Box::new(|info| {
         let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
-        eprintln!("cgfast: panic{at}");
+        if let Ok(mut last) = LAST_PANIC.lock() {
+            *last = Some(at);
+        }
     }));
 }
 
