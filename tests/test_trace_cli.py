@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -234,6 +235,39 @@ def test_recover_modes_recover_node_ids(tk, tmp_path, mode):
     assert (tmp_path / "o.json").read_bytes() == (tmp_path / "p.json").read_bytes()
 
 
+def test_recovered_ids_are_the_ids_the_profiler_would_have_written(tk, tmp_path):
+    gt = tk.gen_trace_module()
+    ann, topology = gt.generate(tmp_path / "ids.json", 0.08, 2, 30, 3, node_ids=True)
+    trace = json.loads((tmp_path / "ids.json").read_text())
+    truth = []
+    for event in trace["traceEvents"]:
+        node = event.get("args", {}).pop("graph node id", None) if isinstance(event, dict) else None
+        truth.append(node)
+    (tmp_path / "noid.json").write_text(json.dumps(trace))
+    cgfast.save_annotations(tmp_path / "topo.json", ann, graphs=topology)
+    proc = tk.run_cli(tmp_path / "noid.json", "-a", tmp_path / "topo.json", "-o", tmp_path / "o.json", "--json", "--max-adjust-us", "0")
+    assert proc.returncode == 0, proc.stderr
+    recovery = json.loads(proc.stdout)["recovery"]
+    graphed = [n for n in truth if n]
+    assert recovery["recovered_events"] == len(graphed) > 100, recovery
+    assert recovery["unresolved_events"] == 0
+    # With --max-adjust-us 0 no start moves: an event is its name, replay and times.
+    recovered = cgfast.annotate_file(tmp_path / "noid.json", tmp_path / "topo.json", tmp_path / "p.json", recover="always")
+    assert recovered["recovery"]["recovered_events"] == len(graphed)
+    by_place = {}
+    for event in json.loads((tmp_path / "o.json").read_text())["traceEvents"]:
+        if event.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "graph node id" in event["args"]:
+            by_place[(event["name"], event["args"]["correlation"], event["ts"], event["dur"])] = event["args"]["graph node id"]
+    expected = {}
+    for event, node in zip(trace["traceEvents"], truth):
+        if node:
+            expected[(event["name"], event["args"]["correlation"], event["ts"], event["dur"])] = node
+    assert len(expected) == len(graphed)
+    assert by_place.keys() == expected.keys()
+    wrong = {k: (v, expected[k]) for k, v in by_place.items() if v != expected[k]}
+    assert not wrong, list(wrong.items())[:5]
+
+
 @pytest.mark.parametrize("mode", ["auto", "always", "never"])
 def test_recover_modes_agree_when_ids_are_present(tk, gen, tmp_path, mode):
     trace, ann = fresh(gen, tmp_path)
@@ -295,6 +329,7 @@ def test_import_cgfast_does_not_import_torch(gen, tmp_path):
     trace, ann = fresh(gen, tmp_path)
     code = f"""
 import sys
+import time
 import cgfast
 assert "torch" not in sys.modules, "import cgfast imported torch"
 trace = {{"traceEvents": [{{"ph": "X", "cat": "kernel", "tid": 7, "ts": 1, "dur": 1, "args": {{"graph node id": 5}}}}]}}
@@ -316,3 +351,19 @@ def test_python_m_cgfast_does_not_import_torch(tmp_path):
     code = "import runpy, sys\nsys.argv = ['cgfast', '--version']\ntry:\n    runpy.run_module('cgfast', run_name='__main__')\nexcept SystemExit as e:\n    assert e.code == 0, e.code\nassert 'torch' not in sys.modules\nprint('ok')"
     proc = _python(code)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr
+
+
+def test_reported_seconds_include_loading_the_annotations(tk, tmp_path):
+    # a tiny trace and a large annotation file: the run is mostly the loading
+    trace = tmp_path / "t.json"
+    trace.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "ts": 1, "dur": 1, "args": {"graph node id": 5}}]}')
+    ann = tk.write_json_annotations(tmp_path / "a.json", {n: [{"name": f"layers.{n}.mlp", "layer": n}] for n in range(1, 400_000)})
+    started = time.perf_counter()
+    proc = tk.run_cli(trace, "-a", ann, "-o", tmp_path / "o.json", "--json")
+    wall = time.perf_counter() - started
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["seconds"] >= wall / 2, f"the whole run took {wall:.3f} s"
+    started = time.perf_counter()
+    report = cgfast.annotate_file(trace, ann, tmp_path / "o2.json")
+    wall = time.perf_counter() - started
+    assert report["seconds"] >= wall / 2, f"the whole call took {wall:.3f} s"

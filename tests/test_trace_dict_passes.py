@@ -653,3 +653,120 @@ def test_compare_tells_number_types_and_key_order_apart(tk):
     for a, b in (({"a": 1}, {"a": 1.0}), ({"a": 1, "b": 2}, {"b": 2, "a": 1}), ({"a": True}, {"a": 1}), ({"a": "1"}, {"a": 1})):
         with pytest.raises(AssertionError):
             tk.assert_same_dicts(a, b)
+
+
+# =========================================================================== odd graphed events
+
+EPOCH_NS = 1_733_212_345_678_901_234
+
+
+def outcome(fn, trace, *args, **kwargs):
+    """(result, trace, stdout) of a call, or the type of the exception it raised."""
+    try:
+        r, out = call(fn, trace, *args, **kwargs)
+    except Exception as e:  # noqa: BLE001
+        return type(e)
+    return r, trace, out
+
+
+def same_outcome(ref, which, trace, *args, **kwargs):
+    """cgfast does what the reference does: the same result, or the same kind of error."""
+    ref_name, ours_name = FUNCS[which]
+    want = outcome(getattr(ref, ref_name), copy.deepcopy(trace), *copy.deepcopy(args), **kwargs)
+    got = outcome(getattr(cgfast, ours_name), copy.deepcopy(trace), *copy.deepcopy(args), **kwargs)
+    if isinstance(want, type):
+        assert got is want or isinstance(got, type) and issubclass(got, want), f"reference raised {want.__name__}, cgfast gave {got!r}"
+    else:
+        assert not isinstance(got, type), f"cgfast raised {got.__name__}, the reference gave {want!r}"
+        assert repr(got) == repr(want)
+    return got
+
+
+def no_ts(e):
+    del e["ts"]
+    return e
+
+
+ODD_GRAPHED = {
+    "null dur": lambda: K(7, 10, node=5, dur=None) | {"dur": None},
+    "string ts": lambda: K(7, "10", node=5),
+    "null ts": lambda: K(7, None, node=5),
+    "no ts": lambda: no_ts(K(7, 10, node=5)),
+    "list ts": lambda: K(7, [10], node=5),
+    "epoch ns ts": lambda: K(7, EPOCH_NS, node=5, dur=EPOCH_NS),
+    "ts beyond 64 bits": lambda: K(7, 2**70, node=5),
+}
+ODD_IN_64_BITS = [name for name in ODD_GRAPHED if name != "ts beyond 64 bits"]
+
+
+@pytest.mark.parametrize("odd", list(ODD_GRAPHED))
+@pytest.mark.parametrize("which", ["annotate", "move", "fix"])
+def test_odd_graphed_events_as_the_reference(ref, which, odd):
+    event = ODD_GRAPHED[odd]()
+    flow = F(7, event.get("ts"))
+    if "ts" not in event:
+        del flow["ts"]
+    trace = T(TN(7), event, flow, K(7, 5, node=6, dur=10), F(7, 5), K(7, 30, node=7))
+    args = ({5: [{"name": "x", "stream": 60}], 6: ["y"]},) if which == "annotate" else ()
+    if odd == "ts beyond 64 bits" and which != "annotate":
+        # the lane passes order times in 64 bits: they refuse, never guess
+        with pytest.raises(OverflowError, match="beyond 64 bits"):
+            getattr(cgfast, FUNCS[which][1])(trace)
+        return
+    got = same_outcome(ref, which, trace, *args)
+    if which == "annotate" and odd != "list ts":
+        assert got[0] == 2
+        assert got[1]["traceEvents"][1]["tid"] == 60 and got[1]["traceEvents"][2]["tid"] == 60, "the event and its flow move"
+
+
+def test_odd_duration_of_a_moved_kernel_is_never_added(ref):
+    # the reference adds dur only to kernels that stay: a null dur on one that moves is fine
+    trace = T(K(7, 0, node=1, dur=10), K(7, 5, node=2, dur=None) | {"dur": None}, K(7, 20, node=3))
+    compare(ref, "move", trace)
+
+
+@pytest.mark.parametrize("which", ["annotate", "move", "fix"])
+def test_events_and_args_that_are_not_dicts(ref, which):
+    args = ({},) if which == "annotate" else ()
+    for trace in (T(K(7, 1, node=1), [1, 2]), T(K(7, 1, node=1), "event"), T(K(7, 1, node=1) | {"args": [1]}), T(K(7, 1, node=1) | {"args": None})):
+        same_outcome(ref, which, trace, *args)
+    # args the pass never reads are fine
+    same_outcome(ref, which, T({"ph": "X", "cat": "cpu_op", "tid": 1, "ts": 1, "args": "x"}), *args)
+
+
+epoch_times = st.one_of(
+    st.integers(EPOCH_NS - 50, EPOCH_NS + 50),
+    st.integers(EPOCH_NS - 50, EPOCH_NS + 50).map(float),
+    st.integers(-(2**62), 2**62),
+)
+
+
+@st.composite
+def epoch_traces(draw):
+    events = []
+    for _ in range(draw(st.integers(0, 12))):
+        tid = draw(st.sampled_from([7, 8, 20]))
+        ts = draw(epoch_times)
+        if draw(st.integers(0, 3)) == 0:
+            events.append(F(tid, ts))
+            continue
+        node = draw(st.sampled_from([1, 2, 3, 0]))
+        events.append(K(tid, ts, node=node, dur=draw(st.one_of(st.integers(0, 40), st.integers(0, 40).map(float)))))
+    return T(*events)
+
+
+@SETTINGS
+@given(trace=epoch_traces(), max_adjust_us=st.sampled_from([1.0, 0.0, 10.0]))
+def test_hypothesis_epoch_nanosecond_times(ref, trace, max_adjust_us):
+    chain(ref, trace, {1: [{"stream": 20}], 2: ["x"]}, max_adjust_us=max_adjust_us)
+
+
+@SETTINGS
+@given(trace=traces(), odd=st.lists(st.sampled_from(ODD_IN_64_BITS), min_size=1, max_size=3), at=st.integers(0, 30))
+def test_hypothesis_odd_graphed_events(ref, trace, odd, at):
+    events = trace["traceEvents"]
+    for name in odd:
+        events.insert(min(at, len(events)), ODD_GRAPHED[name]())
+    same_outcome(ref, "annotate", trace, {5: [{"stream": 60}], 1: ["x"]})
+    for which in ("move", "fix"):
+        same_outcome(ref, which, trace)

@@ -181,6 +181,38 @@ def test_unwritable_output(tk, tmp_path, good, command):
     assert list((tmp_path / "outdir").iterdir()) == []
 
 
+@pytest.mark.parametrize("command", runners())
+def test_bad_output_fails_before_reading_the_input(tk, tmp_path, good, command):
+    # the input is a pipe no one writes to: a run that read it before trying the
+    # output would wait forever
+    _, ann = good
+    fifo = tmp_path / "never.json"
+    os.mkfifo(fifo)
+    fail_cli(tk, command, fifo, "-a", ann, "-o", tmp_path / "no" / "such" / "dir" / "o.json", mention="o.json")
+    (tmp_path / "outdir").mkdir()
+    fail_cli(tk, command, fifo, "-a", ann, "-o", tmp_path / "outdir", mention="outdir")
+    assert_nothing_left(tk, tmp_path, {fifo.name, ann.name, "trace.json", "outdir"})
+
+
+@pytest.mark.parametrize("umask", [0o077, 0o002])
+def test_new_outputs_respect_the_umask_and_replaced_ones_keep_their_mode(tk, tmp_path, good, umask):
+    trace, ann = good
+    fresh = tmp_path / "fresh.json"
+    kept = tmp_path / "kept.json"
+    kept.write_text("old")
+    kept.chmod(0o640)
+    for out in (fresh, kept):
+        proc = subprocess.run(
+            ["sh", "-c", f'umask {umask:03o} && exec "$@"', "sh", *tk.cli_command(), str(trace), "-a", str(ann), "-o", str(out)],
+            capture_output=True,
+            text=True,
+            env=tk.clean_env(),
+        )
+        assert proc.returncode == 0, proc.stderr
+    assert fresh.stat().st_mode & 0o777 == 0o666 & ~umask
+    assert kept.stat().st_mode & 0o777 == 0o640
+
+
 # =========================================================================== bad annotation files
 
 
@@ -477,3 +509,31 @@ def test_deeply_nested_event_is_a_clean_outcome(tk, tmp_path, good):
         assert not (tmp_path / "o.json").exists()
     else:
         assert (tmp_path / "o.json").read_text() == trace.read_text()
+
+
+NOT_ANNOTATION_FILES = {"json_list": b"[1, 2]", "json_string": b'"x"', "json_number": b"5", "text": b"hello, these are my notes\n", "csv": b"node,name\n5,x\n"}
+
+
+@pytest.mark.parametrize("command", runners())
+@pytest.mark.parametrize("case", sorted(NOT_ANNOTATION_FILES))
+def test_files_that_are_no_annotation_file_say_so(tk, tmp_path, good, case, command):
+    trace, _ = good
+    ann = tmp_path / "notes.pkl"
+    ann.write_bytes(NOT_ANNOTATION_FILES[case])
+    line = fail_cli(tk, command, trace, "-a", ann, mention="notes.pkl")
+    assert line.endswith("notes.pkl: not an annotation file: expected a JSON object of node id -> annotations, or a pickle"), line
+    assert "opcode" not in line and "memo" not in line
+
+
+@pytest.mark.parametrize("protocol", [0, 1, 2, 5])
+@pytest.mark.parametrize("kind", [dict, "defaultdict"])
+def test_pickles_of_every_protocol_are_read(tk, tmp_path, good, protocol, kind):
+    import collections
+
+    trace, _ = good
+    mapping = dict(GOOD_ANNOTATIONS) if kind is dict else collections.defaultdict(list, GOOD_ANNOTATIONS)
+    ann = tmp_path / "a.pkl"
+    ann.write_bytes(pickle.dumps(mapping, protocol=protocol))
+    proc = tk.run_cli(trace, "-a", ann, "-o", tmp_path / "o.json", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["annotations_loaded"] == len(GOOD_ANNOTATIONS)

@@ -899,3 +899,34 @@ def test_check_output_catches_changes(ref, tk, gen_traces, tmp_path):
         with pytest.raises(AssertionError):
             tk.check_output(exp, text, bad)
             print(what)  # only reached if the check missed it
+
+
+# =========================================================================== integers beyond 2**53
+
+EPOCH_NS = 1_733_212_345_678_901_234  # epoch nanoseconds: more than a float holds exactly
+
+
+def test_epoch_nanosecond_times_are_annotated_and_moved(ref, tk, tmp_path):
+    events = [
+        TN(7),
+        K(7, EPOCH_NS, node=1, dur=3),
+        F(7, EPOCH_NS),
+        K(7, EPOCH_NS + 2, node=2, dur=2),  # overlaps by one ns: to lane 8
+        F(7, EPOCH_NS + 2),
+        K(7, EPOCH_NS + 3, node=3, dur=2),  # starts where node 1 ends
+        K(143, EPOCH_NS, node=4, dur=5),
+        K(143, EPOCH_NS + 4, node=5, dur=1),  # one ns of jitter: ts fixed to EPOCH_NS + 5
+        F(143, EPOCH_NS + 4),
+        K(143, 1.7332123456789012e18, node=6),  # a float near them compares exactly
+    ]
+    annotations = {1: [{"name": "a"}], 2: ["b"], 4: [{"stream": 143}], 5: [{"stream": 143}], 6: [{"stream": 143}]}
+    got, report = file_case(ref, tk, tmp_path, events, annotations)
+    assert report["annotated"] == 5
+    assert [(e["tid"], e["ts"]) for e in got if e.get("cat") == "kernel"][:5] == [
+        (7, EPOCH_NS),
+        (8, EPOCH_NS + 2),
+        (7, EPOCH_NS + 3),
+        (143, EPOCH_NS),
+        (143, EPOCH_NS + 5),
+    ]
+    assert got[1]["args"]["name"] == "a" and got[3]["args"]["annotation"] == "b"

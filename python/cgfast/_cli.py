@@ -1,12 +1,27 @@
 """The `cgfast` console script: runs the Rust command line in this process."""
 
+import signal
 import sys
+
+INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+
+
+def _stop(signum, frame):
+    raise KeyboardInterrupt
 
 
 def main() -> None:
-    from cgfast._cgfast import run_cli
+    # SIGTERM stops a run like Ctrl-C: temporaries removed, one line, status 130
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        from cgfast._cgfast import run_cli
 
-    sys.exit(run_cli(["cgfast", *sys.argv[1:]]))
+        status = run_cli(["cgfast", *sys.argv[1:]])
+    except KeyboardInterrupt:
+        # before or after the command line ran (during it, it reports this itself)
+        print("cgfast: interrupted", file=sys.stderr)
+        status = INTERRUPTED
+    sys.exit(status)
 
 
 if __name__ == "__main__":

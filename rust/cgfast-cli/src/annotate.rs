@@ -91,6 +91,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let Some(trace) = args.single_trace() else {
         return crate::annotate_many::run(&args);
     };
+    let started = std::time::Instant::now();
     let (annotations_path, annotations) = load(&trace, args.annotations.as_deref())?;
     let output = args.output.clone().unwrap_or_else(|| default_output(&trace));
     let options = args.options();
@@ -100,7 +101,8 @@ pub fn run(args: Args) -> Result<(), String> {
         progress.update(phase, done, total)
     });
     progress.clear();
-    let report = result.map_err(|f| f.message)?;
+    let mut report = result.map_err(|f| f.message)?;
+    report.seconds = started.elapsed().as_secs_f64();
     if args.json {
         println!("{}", report.to_json(Some(&annotations_path), args.verbose));
     } else {
@@ -147,13 +149,14 @@ fn print_summary(r: &Report, annotations: &Path, verbose: bool) {
             line(
                 "recovered ids",
                 format!(
-                    "{} events in {} of {} replays ({} ambiguous, {} unmatched replays; {} events left without an id)",
+                    "{} events in {} of {} replays; left without an id: {} ambiguous replays ({} events), {} unmatched ({} events)",
                     thousands(rec.recovered_events),
                     thousands(rec.recovered_replays),
                     thousands(rec.replays),
                     thousands(rec.ambiguous_replays),
+                    thousands(rec.ambiguous_events),
                     thousands(rec.unmatched_replays),
-                    thousands(rec.unresolved_events)
+                    thousands(rec.unmatched_events)
                 ),
             );
         }

@@ -67,6 +67,7 @@ pub fn run(args: &Args) -> Result<(), String> {
     if args.output.is_some() {
         return Err("-o/--output names the output of one trace; with several, each is written beside its input".into());
     }
+    let started = std::time::Instant::now();
     let traces = inputs::find(&args.traces, Wanted::Traces)?;
     let files = AnnotationFiles::default();
     if let Some(shared) = &args.annotations {
@@ -96,7 +97,10 @@ pub fn run(args: &Args) -> Result<(), String> {
         &mut || progress.show(),
     );
     progress.clear();
-    let seconds = progress.elapsed().as_secs_f64();
+    if cgfast_core::cancel::requested() {
+        return Err("interrupted".into());
+    }
+    let seconds = started.elapsed().as_secs_f64();
     let mut done = Vec::new();
     let mut failed = Vec::new();
     for (trace, result) in traces.iter().zip(results) {

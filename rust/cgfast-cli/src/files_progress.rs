@@ -48,10 +48,6 @@ impl Files {
         self.total_bytes
     }
 
-    pub fn elapsed(&self) -> Duration {
-        self.started.elapsed()
-    }
-
     /// Erase the line, before anything else is printed.
     pub fn clear(&self) {
         let mut drawn = self.drawn.lock().expect("progress lock");

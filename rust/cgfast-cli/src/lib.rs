@@ -31,6 +31,9 @@ enum Command {
 
 const SUBCOMMANDS: &[&str] = &["annotate", "summary", "help"];
 
+/// The exit status of a run stopped by SIGINT or SIGTERM (128 + SIGINT, as shells do).
+pub const INTERRUPTED: i32 = 130;
+
 /// Run the command line; returns the process exit status.
 pub fn run<I, T>(argv: I) -> i32
 where
@@ -57,21 +60,56 @@ where
     });
     match result {
         Ok(Ok(())) => 0,
+        Ok(Err(_)) if cgfast_core::cancel::requested() => {
+            eprintln!("cgfast: interrupted");
+            INTERRUPTED
+        }
         Ok(Err(message)) => {
             eprintln!("cgfast: error: {message}");
             1
         }
         Err(_) => {
-            eprintln!("cgfast: internal error (a bug: please report it with the input that caused it)");
+            let at = LAST_PANIC.lock().ok().and_then(|mut p| p.take()).unwrap_or_default();
+            eprintln!("cgfast: internal error{at} (a bug: please report it with the input that caused it)");
             1
         }
     }
 }
 
-/// Keep panics to one line: `run` reports them itself.
+/// Where the last panic happened (` at file:line`), for `run`'s one line.
+static LAST_PANIC: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Keep panics to one line: the hook only notes where, and `run` reports it.
 pub fn quiet_panics() {
     std::panic::set_hook(Box::new(|info| {
         let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
-        eprintln!("cgfast: panic{at}");
+        if let Ok(mut last) = LAST_PANIC.lock() {
+            *last = Some(at);
+        }
     }));
+}
+
+/// Make SIGINT and SIGTERM stop a run cleanly (its temporary output removed, exit
+/// status 130); a second signal ends the process at once.
+#[cfg(unix)]
+pub fn stop_on_signals() -> std::io::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    for signal in [SIGINT, SIGTERM] {
+        // SAFETY: the handler only loads and stores an atomic and calls _exit, all
+        // async-signal-safe.
+        unsafe {
+            signal_hook::low_level::register(signal, || {
+                if cgfast_core::cancel::requested() {
+                    signal_hook::low_level::exit(INTERRUPTED);
+                }
+                cgfast_core::cancel::request();
+            })?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+pub fn stop_on_signals() -> std::io::Result<()> {
+    Ok(())
 }

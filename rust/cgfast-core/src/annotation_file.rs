@@ -34,9 +34,23 @@ pub fn read(path: &Path) -> Result<Annotations, String> {
         None => return Err(format!("{shown}: the annotation file is empty")),
         Some(b'{') => json_value::parse(&bytes)
             .map_err(|(at, expected)| format!("{shown}: not valid JSON: expected {expected} at byte {at}"))?,
-        Some(_) => crate::pickle::load(&bytes).map_err(|e| format!("{shown}: {e}"))?,
+        Some(_) if looks_like_pickle(&bytes) => crate::pickle::load(&bytes).map_err(|e| format!("{shown}: {e}"))?,
+        Some(_) => return Err(format!("{shown}: not an annotation file: expected a JSON object of node id -> annotations, or a pickle")),
     };
     from_document(document).map_err(|e| format!("{shown}: {e}"))
+}
+
+/// How a pickle of a mapping starts: PROTO (protocol 2+), or in protocols 0 and 1 a
+/// dict's MARK or EMPTY_DICT, or a defaultdict's GLOBAL `c<module>\n`.
+fn looks_like_pickle(bytes: &[u8]) -> bool {
+    match bytes.first() {
+        Some(0x80 | b'(' | b'}') => true,
+        Some(b'c') => {
+            let module = bytes[1..].iter().position(|&b| b == b'\n').map(|end| &bytes[1..1 + end]);
+            module.is_some_and(|m| !m.is_empty() && m.iter().all(|&b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.'))
+        }
+        _ => false,
+    }
 }
 
 fn from_document(document: Value) -> Result<Annotations, String> {
@@ -255,6 +269,28 @@ mod tests {
             ],
         );
         a
+    }
+
+    fn read_bytes(bytes: &[u8]) -> Result<Annotations, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let path = dir.path().join("a.ann");
+        std::fs::write(&path, bytes).map_err(|e| e.to_string())?;
+        read(&path)
+    }
+
+    #[test]
+    fn other_files_are_named_as_such_and_real_pickles_read() {
+        for bytes in [&b"[1, 2]"[..], b"\"text\"", b"42", b"null", b"hello, world\n", b"ccc", b"\xff\xfe"] {
+            let message = read_bytes(bytes).unwrap_err();
+            assert!(message.ends_with("a.ann: not an annotation file: expected a JSON object of node id -> annotations, or a pickle"), "{message}");
+        }
+        // {5: ['x']} in pickle protocols 0 and 1, and a protocol 0 defaultdict
+        let pickles: [&[u8]; 3] = [b"(dp0\nI5\n(lp1\nVx\np2\nas.", b"}q\x00K\x05]q\x01X\x01\x00\x00\x00xq\x02as.", b"ccollections\ndefaultdict\np0\n(c__builtin__\nlist\np1\ntp2\nRp3\nI5\n(lp4\nVx\np5\nas."];
+        for bytes in pickles {
+            let a = read_bytes(bytes).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(a.nodes.len(), 1, "{bytes:?}");
+        }
+        assert!(!read_bytes(b"\x80\x04K\x05.").unwrap_err().contains("not an annotation file"), "a real pickle keeps its own error");
     }
 
     #[test]

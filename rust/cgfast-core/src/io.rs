@@ -132,8 +132,10 @@ impl Window {
         self.base += n as u64;
     }
 
-    /// Read more input after the bytes held; 0 at the end of the input.
+    /// Read more input after the bytes held; 0 at the end of the input. Fails once a
+    /// stop was requested (every read of a trace comes through here).
     pub fn fill(&mut self) -> io::Result<usize> {
+        crate::cancel::check()?;
         if self.data.len() - self.filled < CHUNK {
             self.data.resize(self.filled + 2 * CHUNK, 0);
         }
@@ -222,18 +224,30 @@ pub struct AtomicFile {
 }
 
 impl AtomicFile {
+    /// The temporary beside `target`: it fails at once where `target` can not be
+    /// written. A new file gets the mode the umask allows; a replaced one keeps its own.
     pub fn create(target: &Path) -> io::Result<AtomicFile> {
+        let existing = std::fs::metadata(target).ok();
+        if existing.as_ref().is_some_and(|m| m.is_dir()) {
+            return Err(io::Error::new(io::ErrorKind::IsADirectory, "is a directory"));
+        }
         let dir = match target.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
         let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let temp = tempfile::Builder::new().prefix(&format!(".{name}.")).suffix(".partial").tempfile_in(&dir)?;
+        let prefix = format!(".{name}.");
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(&prefix).suffix(".partial");
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            let mode = std::fs::metadata(target).map(|m| m.permissions().mode()).unwrap_or(0o644);
-            temp.as_file().set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))?;
+            // as open(2) creates it: 0666 less the umask
+            builder.permissions(std::fs::Permissions::from_mode(0o666));
+        }
+        let temp = builder.tempfile_in(&dir)?;
+        if let Some(meta) = existing {
+            temp.as_file().set_permissions(meta.permissions())?;
         }
         Ok(AtomicFile { temp: Some(temp), target: target.to_path_buf() })
     }
@@ -300,6 +314,7 @@ impl BackgroundWriter {
     }
 
     fn send(&mut self) -> io::Result<()> {
+        crate::cancel::check()?;
         let next = self.empty.try_recv().unwrap_or_else(|_| Vec::with_capacity(WRITE_BLOCK));
         let block = std::mem::replace(&mut self.pending, next);
         if self.full.as_ref().expect("open").send(block).is_err() {
@@ -416,6 +431,7 @@ impl ParallelGz {
     }
 
     fn send(&mut self, last: bool) -> io::Result<()> {
+        crate::cancel::check()?;
         let data = std::mem::replace(&mut self.pending, Vec::with_capacity(if last { 0 } else { GZ_BLOCK }));
         let block = Block { seq: self.seq, data, last };
         self.seq += 1;
@@ -529,6 +545,33 @@ mod tests {
         let mut back = Vec::new();
         flate2::read::GzDecoder::new(File::open(&path).unwrap()).read_to_end(&mut back).unwrap();
         assert!(back == data, "round trip");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn atomic_files_take_the_umask_or_the_replaced_files_mode() {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        // the umask is the process's: read it back from a file open(2) creates
+        let probe = dir.path().join("probe");
+        std::fs::OpenOptions::new().write(true).create(true).mode(0o666).open(&probe).unwrap();
+        let fresh = dir.path().join("new.json");
+        AtomicFile::create(&fresh).unwrap().commit().unwrap();
+        assert_eq!(mode(&fresh), mode(&probe));
+        let kept = dir.path().join("kept.json");
+        std::fs::write(&kept, b"old").unwrap();
+        std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o640)).unwrap();
+        AtomicFile::create(&kept).unwrap().commit().unwrap();
+        assert_eq!(mode(&kept), 0o640);
+    }
+
+    #[test]
+    fn atomic_files_fail_at_once_where_the_target_can_not_be() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(AtomicFile::create(&dir.path().join("missing").join("out.json")).is_err());
+        assert_eq!(AtomicFile::create(dir.path()).err().map(|e| e.kind()), Some(io::ErrorKind::IsADirectory));
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 
     #[test]

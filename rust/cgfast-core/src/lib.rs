@@ -2,6 +2,7 @@
 
 pub mod annotation_file;
 pub mod annotations;
+pub mod cancel;
 pub mod edit;
 pub mod events;
 pub mod inputs;

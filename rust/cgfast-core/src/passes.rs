@@ -2,13 +2,11 @@
 //! each graphed event goes to, what is noise, which lanes need names, which
 //! overlapping kernels move aside, and which timestamps are jitter to repair.
 
-use std::cmp::Ordering;
-
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use crate::annotations::Resolved;
 use crate::key::{Key, KeyId, Num, Spelling};
-use crate::trace::{Cat, Node, NodeId, Ph, TraceIndex, NONE};
+use crate::trace::{Cat, Field, Kept, Node, NodeId, Ph, TraceIndex, NONE};
 
 /// Which flow-finish events follow a graphed event when it changes lanes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,8 +59,9 @@ pub struct Annotated {
 /// the lane metadata.
 pub fn annotate(index: &mut TraceIndex, annotations: &impl Lookup, default_stream: i64, link: FlowLink) -> Annotated {
     // Flows by a hash of their (tid, ts): the first flow, then a chain through the others
-    // (which may include other places that hash alike: lookups check).
-    let place_of = |tid: KeyId, ts: Option<Num>| -> Option<(KeyId, Key)> { ts.and_then(Key::from_num).map(|ts| (tid, ts)) };
+    // (which may include other places that hash alike: lookups check). The reference
+    // indexes a `ts` that is not a number too (the dict API keeps its key).
+    let place_of = |index: &TraceIndex, tid: KeyId, kept: Kept| -> Option<(KeyId, Key)> { index.ts_key(kept).map(|ts| (tid, ts)) };
     let hash = |place: &(KeyId, Key)| {
         use std::hash::{BuildHasher, Hash, Hasher};
         let mut h = rustc_hash::FxBuildHasher.build_hasher();
@@ -71,8 +70,8 @@ pub fn annotate(index: &mut TraceIndex, annotations: &impl Lookup, default_strea
     };
     let mut first_at: HashMap<u64, u32> = HashMap::with_capacity_and_hasher(index.flows.len(), Default::default());
     let mut next_at: Vec<u32> = vec![NONE; index.flows.len()];
-    for (i, f) in index.flows.iter().enumerate().rev() {
-        if let Some(place) = place_of(f.tid, f.ts()) {
+    for i in (0..index.flows.len()).rev() {
+        if let Some(place) = place_of(index, index.flows[i].tid, Kept::Flow(i)) {
             if let Some(prev) = first_at.insert(hash(&place), i as u32) {
                 next_at[i] = prev;
             }
@@ -83,10 +82,11 @@ pub fn annotate(index: &mut TraceIndex, annotations: &impl Lookup, default_strea
     let mut lanes: HashMap<i64, KeyId> = HashMap::default();
     for i in 0..index.events.len() {
         let e = &index.events[i];
-        // The reference re-lanes annotatable events and the flows at their (tid, ts);
-        // cgfast's flows also end wherever the last work event at their (pid, tid, ts)
-        // ends, graphed or not.
-        let relane = !e.odd() && e.current_node().annotatable();
+        // The reference re-lanes annotatable events, whatever their ts and dur, and the
+        // flows at their (tid, ts); cgfast's pipeline passes odd events through, and its
+        // flows also end wherever the last work event at their (pid, tid, ts) ends,
+        // graphed or not.
+        let relane = (link == FlowLink::AtTidTs || !e.odd()) && e.current_node().annotatable();
         let claims = link == FlowLink::Follow && e.cat.is_work();
         if !relane && !claims {
             continue;
@@ -104,16 +104,16 @@ pub fn annotate(index: &mut TraceIndex, annotations: &impl Lookup, default_strea
             let stream = stream.unwrap_or(default_stream);
             lane = Some(*lanes.entry(stream).or_insert_with(|| index.keys.id(Key::Int(stream))));
         }
-        let e = &mut index.events[i];
-        let (pid, place) = (e.pid, place_of(e.tid, e.ts()));
+        let (pid, place) = (index.events[i].pid, place_of(index, index.events[i].tid, Kept::Event(i)));
         if let Some(lane) = lane {
-            e.set_lane(lane);
+            index.events[i].set_lane(lane);
         }
         let Some(place) = place else { continue };
         let mut f = first_at.get(&hash(&place)).copied().unwrap_or(NONE);
         while f != NONE {
+            let here = index.flows[f as usize].tid == place.0 && index.ts_key(Kept::Flow(f as usize)) == Some(place.1);
             let flow = &mut index.flows[f as usize];
-            if place_of(flow.tid, flow.ts()) == Some(place) {
+            if here {
                 if let Some(lane) = lane {
                     flow.new_tid = lane;
                 }
@@ -208,42 +208,78 @@ fn unnamed_lanes(index: &TraceIndex, lanes: &LaneSet) -> Vec<(KeyId, Spelling)> 
         .collect()
 }
 
-/// Graphed work events the lane passes may reorder, with their start times (exact in
-/// an `f64`: the index keeps only integers it can hold exactly).
-fn lane_candidates(index: &TraceIndex, kernels_only: bool) -> Vec<(f64, u32)> {
-    index
-        .events
-        .iter()
-        .enumerate()
-        .filter_map(|(i, e)| {
-            let kind_ok = if kernels_only { e.cat == Cat::Kernel } else { e.cat.is_work() };
-            if kind_ok && !e.odd() && !e.removed() && e.current_node().graphed() {
-                e.current_ts().map(|ts| (ts.as_f64(), i as u32))
-            } else {
-                None
-            }
+/// How the lane passes treat a candidate whose `ts` or `dur` is not a number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OddEvents {
+    /// Leave it where it is (the file pipeline passes odd events through).
+    Skip,
+    /// Refuse the trace where the reference's Python would fail on it (the dict API).
+    Refuse,
+}
+
+/// Why the reference would fail on an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// `event["ts"]` raises `KeyError`.
+    NoTs,
+    /// `ts < prev_end` raises `TypeError`.
+    TsNotANumber,
+    /// `ts + dur` raises `TypeError`.
+    DurNotANumber,
+}
+
+/// A lane pass that refused a trace: nothing was changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Refused {
+    pub event: usize,
+    pub why: Refusal,
+}
+
+/// Graphed work events the lane passes may reorder, by position in `index.events`.
+fn lane_candidates(index: &TraceIndex, kernels_only: bool, odd: OddEvents) -> Vec<usize> {
+    let usable = |e: &crate::trace::Tracked| odd == OddEvents::Refuse || !e.odd();
+    let kind_ok = |cat: Cat| if kernels_only { cat == Cat::Kernel } else { cat.is_work() };
+    (0..index.events.len())
+        .filter(|&i| {
+            let e = &index.events[i];
+            kind_ok(e.cat) && usable(e) && !e.removed() && e.current_node().graphed()
         })
         .collect()
 }
 
-/// Sort by start time, stably like Python's `sorted`.
-fn sort_by_ts(events: &mut [(f64, u32)]) {
-    sort_stably(events, |e| e.0.is_nan(), |a, b| a.0.partial_cmp(&b.0).unwrap_or(Ordering::Equal), |e| (float_order(e.0), e.1));
+/// `events` with their start times, sorted stably like Python's `sorted`; refused where
+/// that sort or the first comparison with a number would fail.
+fn sorted_by_ts(index: &TraceIndex, events: Vec<usize>) -> Result<Vec<(Num, usize)>, Refused> {
+    if let Some(&event) = events.iter().find(|&&i| index.events[i].ts_field() == Field::Missing) {
+        return Err(Refused { event, why: Refusal::NoTs });
+    }
+    let mut timed = Vec::with_capacity(events.len());
+    for i in events {
+        let ts = index.events[i].current_ts().ok_or(Refused { event: i, why: Refusal::TsNotANumber })?;
+        timed.push((ts, i));
+    }
+    sort_by_start(&mut timed, |t| t.0, |t| t.1);
+    Ok(timed)
 }
 
-/// `items.sort_by(compare)`, faster. Without NaN (which makes `compare` inconsistent),
-/// `key` must order as `compare` does and then by input position: that is a total
-/// order, so an unstable sort by it gives the same result.
-pub(crate) fn sort_stably<T, K: Ord>(items: &mut [T], is_nan: impl Fn(&T) -> bool, compare: impl Fn(&T, &T) -> Ordering, key: impl Fn(&T) -> K) {
-    if items.iter().any(is_nan) {
-        items.sort_by(compare);
+/// Sort stably by start like Python's `sorted`. Where every start is exact as a float
+/// and none is NaN, (start, position) is a total order that gives the same result, and
+/// an unstable sort by it is faster.
+pub(crate) fn sort_by_start<T>(items: &mut [T], start: impl Fn(&T) -> Num, position: impl Fn(&T) -> usize) {
+    const EXACT: i64 = 1 << 53;
+    let plain = |n: Num| match n {
+        Num::Int(i) => (-EXACT..=EXACT).contains(&i),
+        Num::Float(f) => !f.is_nan(),
+    };
+    if items.iter().all(|t| plain(start(t))) {
+        items.sort_unstable_by_key(|t| (float_order(start(t).as_f64()), position(t)));
     } else {
-        items.sort_unstable_by_key(key);
+        items.sort_by(|a, b| start(a).py_cmp(start(b)).unwrap_or(std::cmp::Ordering::Equal));
     }
 }
 
 /// A float that is not NaN as an integer of the same order (`-0.0` equal to `0.0`).
-pub(crate) fn float_order(f: f64) -> u64 {
+fn float_order(f: f64) -> u64 {
     let bits = if f == 0.0 { 0 } else { f.to_bits() };
     if bits >> 63 == 1 {
         !bits
@@ -252,27 +288,41 @@ pub(crate) fn float_order(f: f64) -> u64 {
     }
 }
 
+/// `ts + dur`, refused where `dur` is not a number.
+fn end_of(index: &TraceIndex, event: usize, start: Num) -> Result<Num, Refused> {
+    let e = &index.events[event];
+    if e.dur_is_odd() {
+        return Err(Refused { event, why: Refusal::DurNotANumber });
+    }
+    Ok(start.add(e.dur()))
+}
+
+/// `_move_overlapping_to_stream` on the events the pipeline can order.
+pub fn move_overlapping(index: &mut TraceIndex, default_stream: i64, overlap_stream: i64) -> u64 {
+    // skipped odd events leave nothing to refuse
+    move_overlapping_or_refuse(index, default_stream, overlap_stream, OddEvents::Skip).unwrap_or(0)
+}
+
 /// `_move_overlapping_to_stream`: graphed kernels on `default_stream` that start
 /// before the previous one ended go to `overlap_stream`.
-pub fn move_overlapping(index: &mut TraceIndex, default_stream: i64, overlap_stream: i64) -> u64 {
-    let Some(lane) = index.keys.find(Key::Int(default_stream)) else { return 0 };
-    let overlap_lane = index.keys.id(Key::Int(overlap_stream));
-    let mut events = lane_candidates(index, true);
-    events.retain(|&(_, i)| index.events[i as usize].current_tid() == lane);
-    sort_by_ts(&mut events);
-    let mut moved = 0;
+pub fn move_overlapping_or_refuse(index: &mut TraceIndex, default_stream: i64, overlap_stream: i64, odd: OddEvents) -> Result<u64, Refused> {
+    let Some(lane) = index.keys.find(Key::Int(default_stream)) else { return Ok(0) };
+    let mut candidates = lane_candidates(index, true, odd);
+    candidates.retain(|&i| index.events[i].current_tid() == lane);
+    let mut moving = Vec::new();
     let mut prev_end = Num::Float(0.0);
-    for (_, i) in events {
-        let e = &mut index.events[i as usize];
-        let ts = e.current_ts().expect("candidates have a start");
+    for (ts, i) in sorted_by_ts(index, candidates)? {
         if ts.lt(prev_end) {
-            e.set_lane(overlap_lane);
-            moved += 1;
+            moving.push(i);
         } else {
-            prev_end = ts.add(e.dur());
+            prev_end = end_of(index, i, ts)?;
         }
     }
-    moved
+    let overlap_lane = index.keys.id(Key::Int(overlap_stream));
+    for &i in &moving {
+        index.events[i].set_lane(overlap_lane);
+    }
+    Ok(moving.len() as u64)
 }
 
 /// An overlap too large to be timestamp jitter, left as it is.
@@ -289,51 +339,55 @@ pub struct Fixed {
     pub large: Vec<LargeOverlap>,
 }
 
+/// `_fix_overlapping_timestamps` on the events the pipeline can order.
+pub fn fix_timestamps(index: &mut TraceIndex, max_adjust_us: f64) -> Fixed {
+    // skipped odd events leave nothing to refuse
+    fix_timestamps_or_refuse(index, max_adjust_us, OddEvents::Skip).unwrap_or_default()
+}
+
+/// Candidates grouped by lane, lanes in order of first appearance (the order of the
+/// reference's dict of lanes).
+fn by_lane(index: &TraceIndex, candidates: Vec<usize>) -> Vec<Vec<usize>> {
+    let mut rank_of: HashMap<KeyId, usize> = HashMap::default();
+    let mut lanes: Vec<Vec<usize>> = Vec::new();
+    for i in candidates {
+        let next = lanes.len();
+        let rank = *rank_of.entry(index.events[i].current_tid()).or_insert(next);
+        if rank == next {
+            lanes.push(Vec::new());
+        }
+        lanes[rank].push(i);
+    }
+    lanes
+}
+
 /// `_fix_overlapping_timestamps`: per lane, a graphed work event that starts at most
 /// `max_adjust_us` before the previous one ends is moved to that end.
-pub fn fix_timestamps(index: &mut TraceIndex, max_adjust_us: f64) -> Fixed {
-    // One list sorted by (lane in order of first appearance, start), stably: the lanes
-    // are walked in the order the reference's dict of lanes has them.
-    let mut rank_of: Vec<u32> = vec![NONE; index.keys.count()];
-    let mut lanes = 0u32;
-    let mut events: Vec<(u32, f64, u32)> = lane_candidates(index, false)
-        .into_iter()
-        .map(|(ts, i)| {
-            let lane = index.events[i as usize].current_tid() as usize;
-            if rank_of[lane] == NONE {
-                rank_of[lane] = lanes;
-                lanes += 1;
-            }
-            (rank_of[lane], ts, i)
-        })
-        .collect();
-    sort_stably(&mut events, |e| e.1.is_nan(), |a, b| a.0.cmp(&b.0).then(a.1.partial_cmp(&b.1).unwrap_or(Ordering::Equal)), |e| (e.0, float_order(e.1), e.2));
+pub fn fix_timestamps_or_refuse(index: &mut TraceIndex, max_adjust_us: f64, odd: OddEvents) -> Result<Fixed, Refused> {
     let limit = Num::Float(max_adjust_us);
     let mut out = Fixed::default();
-    let mut lane = NONE;
-    let mut prev_end = Num::Float(0.0);
-    for (rank, _, i) in events {
-        if rank != lane {
-            lane = rank;
-            prev_end = Num::Float(0.0);
-        }
-        let i = i as usize;
-        let e = &mut index.events[i];
-        let ts = e.current_ts().expect("candidates have a start");
-        let mut start = ts;
-        if ts.lt(prev_end) {
-            let overlap = prev_end.sub(ts);
-            if limit.lt(overlap) {
-                out.large.push(LargeOverlap { event: i, tid: e.current_tid(), overlap_us: overlap.as_f64() });
-            } else {
-                e.set_ts(prev_end);
-                start = prev_end;
-                out.fixed += 1;
+    let mut new_starts = Vec::new();
+    for lane in by_lane(index, lane_candidates(index, false, odd)) {
+        let mut prev_end = Num::Float(0.0);
+        for (ts, i) in sorted_by_ts(index, lane)? {
+            let mut start = ts;
+            if ts.lt(prev_end) {
+                let overlap = prev_end.sub(ts);
+                if limit.lt(overlap) {
+                    out.large.push(LargeOverlap { event: i, tid: index.events[i].current_tid(), overlap_us: overlap.as_f64() });
+                } else {
+                    new_starts.push((i, prev_end));
+                    start = prev_end;
+                }
             }
+            prev_end = end_of(index, i, start)?;
         }
-        prev_end = start.add(e.dur());
     }
-    out
+    out.fixed = new_starts.len() as u64;
+    for (i, ts) in new_starts {
+        index.events[i].set_ts(ts);
+    }
+    Ok(out)
 }
 
 /// cgfast's fixes after the reference passes: flow arrows take their event's final
@@ -464,5 +518,74 @@ mod tests {
         move_overlapping(&mut idx, 7, 8);
         settle(&mut idx, &mut out);
         assert_eq!(out.named_lanes.iter().map(|&(t, _)| idx.keys.key(t)).collect::<Vec<_>>(), vec![Key::Int(8)]);
+    }
+
+    /// Kernels (or, with no node, flows) on lane 7 with integer times.
+    fn int_index(events: &[(i64, Field<Num>, Option<i64>)]) -> TraceIndex {
+        let mut index = TraceIndex::default();
+        for (i, &(ts, dur, node)) in events.iter().enumerate() {
+            let (cat, ph) = if node.is_some() { (Cat::Kernel, Ph::Other) } else { (Cat::Ac2g, Ph::FlowFinish) };
+            let observed = Observed {
+                ph,
+                cat,
+                name: None,
+                pid: Some(Key::Int(0)),
+                tid: Key::Int(7),
+                pid_spelling: Spelling::Plain,
+                tid_spelling: Spelling::Plain,
+                ts: Field::Value(Num::Int(ts)),
+                dur,
+                args: Field::Value(()),
+                node: node.map_or(Node::Missing, |n| Node::Id(n as NodeId)),
+                args_stream: None,
+                args_name_is_stream: false,
+                correlation: None,
+                grid_block: None,
+            };
+            index.observe(i as u32, &observed);
+        }
+        index
+    }
+
+    const EPOCH_NS: i64 = 1_733_212_345_678_901_234;
+
+    fn int(n: i64) -> Field<Num> {
+        Field::Value(Num::Int(n))
+    }
+
+    #[test]
+    fn epoch_nanosecond_times_are_annotated_with_their_flows() {
+        let mut idx = int_index(&[(EPOCH_NS, int(3), Some(1)), (EPOCH_NS, int(0), None), (EPOCH_NS + 1, int(0), None)]);
+        let out = annotate(&mut idx, &annotations(&[(1, Some(60))]), 7, FlowLink::AtTidTs);
+        assert_eq!(out.annotated, 1);
+        assert_eq!(lanes(&idx), vec![60]);
+        assert_eq!(idx.keys.key(idx.flows[0].current_tid()), Key::Int(60));
+        assert_eq!(idx.flows[1].new_tid, NONE, "one nanosecond later is another place");
+    }
+
+    #[test]
+    fn epoch_nanosecond_times_overlap_and_repair_exactly() {
+        let events = [(EPOCH_NS, int(3), Some(1)), (EPOCH_NS + 2, int(2), Some(2)), (EPOCH_NS + 5, int(1), Some(3))];
+        let mut idx = int_index(&events);
+        assert_eq!(move_overlapping(&mut idx, 7, 8), 1);
+        assert_eq!(lanes(&idx), vec![7, 8, 7]);
+        let mut idx = int_index(&events);
+        let fixed = fix_timestamps(&mut idx, 1.0);
+        assert_eq!(fixed.fixed, 1);
+        assert_eq!(idx.events[1].new_ts(), Some(Num::Int(EPOCH_NS + 3)));
+    }
+
+    #[test]
+    fn odd_durations_are_skipped_or_refused_as_python_would() {
+        let events = [(10, Field::Odd, Some(1)), (5, int(10), Some(2))];
+        let mut idx = int_index(&events);
+        assert_eq!(move_overlapping(&mut idx, 7, 8), 0, "the pipeline leaves odd events alone");
+        let mut idx = int_index(&events);
+        // sorted: 5 (ends 15), then 10 overlaps and moves: its dur is never added
+        assert_eq!(move_overlapping_or_refuse(&mut idx, 7, 8, OddEvents::Refuse), Ok(1));
+        let mut idx = int_index(&events);
+        let refused = fix_timestamps_or_refuse(&mut idx, 1.0, OddEvents::Refuse);
+        assert_eq!(refused, Err(Refused { event: 0, why: Refusal::DurNotANumber }));
+        assert_eq!(idx.events[1].new_ts(), None, "a refused trace is left unchanged");
     }
 }

@@ -107,6 +107,9 @@ pub fn annotate_file(
 ) -> Result<Report, Failure> {
     let started = Instant::now();
     let shown = input.display().to_string();
+    std::fs::metadata(input).map_err(|e| fail(format!("{shown}: {}", describe_io(&e))))?;
+    // the output's temporary before reading: a bad -o fails at once
+    let out_file = AtomicFile::create(output).map_err(|e| fail(format!("{}: cannot write: {}", output.display(), describe_io(&e))))?;
     let write_keys = WriteKeys::new(annotations.write_keys());
     let (mut index, layout) = scan::scan(input, &write_keys, &mut |done, total| progress(Phase::Reading, done, total)).map_err(|e| match e {
         ScanFailure::Io(err) => fail(format!("{shown}: {}", describe_io(&err))),
@@ -172,7 +175,6 @@ pub fn annotate_file(
         edits: EventEdits::default(),
     };
 
-    let out_file = AtomicFile::create(output).map_err(|e| fail(format!("{}: cannot write: {}", output.display(), describe_io(&e))))?;
     let sink_file = out_file.file().try_clone().map_err(|e| fail(format!("{}: {e}", output.display())))?;
     let mut sink = Sink::new(sink_file, is_gzip_path(output), options.gzip_level);
     let mut edit = |id: usize, original: &[u8], out: &mut Vec<u8>| rewriting.edit(id, original, out);
@@ -180,6 +182,7 @@ pub fn annotate_file(
         .and_then(|_| sink.finish())
         .map_err(|e| fail(format!("{}: {}", output.display(), describe_io(&e))))?;
     mark("rewritten");
+    crate::cancel::check().map_err(|e| fail(format!("{}: {e}", output.display())))?;
     out_file.commit().map_err(|e| fail(format!("{}: {}", output.display(), describe_io(&e))))?;
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
@@ -362,6 +365,8 @@ impl Report {
                 "ambiguous_replays": r.ambiguous_replays,
                 "unmatched_replays": r.unmatched_replays,
                 "recovered_events": r.recovered_events,
+                "ambiguous_events": r.ambiguous_events,
+                "unmatched_events": r.unmatched_events,
                 "unresolved_events": r.unresolved_events,
                 "tied_events": r.tied_events,
                 "no_topology": r.no_topology,

@@ -2,14 +2,13 @@
 //! `cudaGraphLaunch` correlation) are matched to a recorded graph by their kernels,
 //! then to its nodes in dependency order.
 
-use std::cmp::Ordering;
 use std::collections::BTreeSet;
 
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::annotations::{Annotations, GraphNode, NodeKind};
 use crate::key::Num;
-use crate::passes::{float_order, sort_stably};
+use crate::passes::sort_by_start;
 use crate::trace::{Cat, Node, TraceIndex};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,9 +31,14 @@ pub struct Recovery {
     /// Replays that no recorded graph fits.
     pub unmatched_replays: u64,
     pub recovered_events: u64,
-    /// Events of ambiguous or unmatched replays, left without an id.
+    /// Events of ambiguous replays, left without an id.
+    pub ambiguous_events: u64,
+    /// Events of unmatched replays, left without an id.
+    pub unmatched_events: u64,
+    /// Ambiguous and unmatched events together.
     pub unresolved_events: u64,
-    /// Events whose node was chosen among identical, equally eligible candidates.
+    /// Events whose node was the lowest local id among several eligible candidates of
+    /// the same kind, name and launch shape.
     pub tied_events: u64,
     /// Replays needed ids but the annotations hold no graph topology.
     pub no_topology: bool,
@@ -58,7 +62,19 @@ struct PlanNode {
 
 struct Plan {
     nodes: Vec<PlanNode>,
+    /// (name key, count) per tier.
     signature: [Vec<(u32, u32)>; 2],
+    /// Every node's (name key, launch shape), sorted, per tier: what tells graphs with
+    /// the same kernels apart (one graph per input shape, say).
+    shapes: [Vec<Shaped>; 2],
+}
+
+type Shaped = (u32, Option<[u32; 6]>);
+
+fn shapes(items: impl Iterator<Item = Shaped>) -> Vec<Shaped> {
+    let mut all: Vec<Shaped> = items.collect();
+    all.sort_unstable();
+    all
 }
 
 /// Names reduced to what both the driver's (mangled) and the profiler's (demangled)
@@ -189,14 +205,14 @@ fn plan(nodes: &[GraphNode], names: &mut NameKeys) -> Plan {
         }
     }
     let signature = [signature(plan_nodes.iter().map(|n| n.full)), signature(plan_nodes.iter().map(|n| n.base))];
-    Plan { nodes: plan_nodes, signature }
+    let shaped = [shapes(plan_nodes.iter().map(|n| (n.full, n.grid_block))), shapes(plan_nodes.iter().map(|n| (n.base, n.grid_block)))];
+    Plan { nodes: plan_nodes, signature, shapes: shaped }
 }
 
 struct Event {
     index: usize,
     full: u32,
     base: u32,
-    tid: crate::key::KeyId,
     grid_block: Option<[u32; 6]>,
 }
 
@@ -210,29 +226,17 @@ fn assign(events: &[Event], plan: &Plan, tier: Tier, tied: &mut u64) -> Option<V
             eligible.entry(key(n.full, n.base)).or_default().insert(i);
         }
     }
-    let mut lane_of_node: Vec<Option<crate::key::KeyId>> = vec![None; plan.nodes.len()];
-    let mut deps_of: Vec<Vec<usize>> = vec![Vec::new(); plan.nodes.len()];
-    for (i, n) in plan.nodes.iter().enumerate() {
-        for &d in &n.dependents {
-            deps_of[d].push(i);
-        }
-    }
     let mut out = Vec::with_capacity(events.len());
     for ev in events {
         let candidates = eligible.get(&key(ev.full, ev.base))?;
-        let score = |&node: &usize| {
-            let n = &plan.nodes[node];
-            let same_shape = ev.grid_block.is_some() && n.grid_block == ev.grid_block;
-            let same_lane = deps_of[node].iter().any(|&d| lane_of_node[d] == Some(ev.tid));
-            (!same_shape, !same_lane, node)
-        };
-        let best = candidates.iter().min_by_key(|c| score(c)).copied()?;
-        let best_score = score(&best);
-        if candidates.iter().filter(|c| { let s = score(c); (s.0, s.1) == (best_score.0, best_score.1) }).count() > 1 {
+        // The launch shape, then the lowest local id; never the lane: CUDA runs the
+        // branches of a graph on hardware streams of its own choosing.
+        let other_shape = |&node: &usize| ev.grid_block.is_none() || plan.nodes[node].grid_block != ev.grid_block;
+        let best = candidates.iter().min_by_key(|&c| (other_shape(c), *c)).copied()?;
+        if candidates.iter().filter(|&c| other_shape(c) == other_shape(&best)).count() > 1 {
             *tied += 1;
         }
         eligible.get_mut(&key(ev.full, ev.base)).expect("present").remove(&best);
-        lane_of_node[best] = Some(ev.tid);
         out.push(plan.nodes[best].id);
         for &d in &plan.nodes[best].dependents {
             waiting[d] -= 1;
@@ -245,14 +249,34 @@ fn assign(events: &[Event], plan: &Plan, tier: Tier, tied: &mut u64) -> Option<V
     Some(out)
 }
 
-/// A replay's events in start order (then input order). The index keeps starts exact
-/// in an `f64`, so comparing them as floats is Python's comparison.
+/// A replay's events in start order (then input order).
 fn by_start(index: &TraceIndex, members: Vec<usize>) -> Vec<usize> {
-    let mut starts: Vec<(Num, u32)> = members.into_iter().map(|i| (index.events[i].ts().expect("not odd"), i as u32)).collect();
-    let is_nan = |s: &(Num, u32)| s.0.as_f64().is_nan();
-    let compare = |a: &(Num, u32), b: &(Num, u32)| a.0.py_cmp(b.0).unwrap_or(Ordering::Equal).then(a.1.cmp(&b.1));
-    sort_stably(&mut starts, is_nan, compare, |s| (float_order(s.0.as_f64()), s.1));
-    starts.into_iter().map(|(_, i)| i as usize).collect()
+    let mut starts: Vec<(Num, usize)> = members.into_iter().map(|i| (index.events[i].ts().expect("not odd"), i)).collect();
+    sort_by_start(&mut starts, |s| s.0, |s| s.1);
+    starts.into_iter().map(|(_, i)| i).collect()
+}
+
+/// Which recorded graphs have a replay's kernels (names and counts): the exact names
+/// first, else their base names.
+#[derive(Clone)]
+enum Fit {
+    One(usize, Tier),
+    /// Several graphs have those kernels: their launch shapes decide.
+    Several(Vec<usize>, Tier),
+    None,
+}
+
+fn fit_by_kernels(plans: &[Plan], sig: &[Vec<(u32, u32)>; 2]) -> Fit {
+    for tier in [Tier::Full, Tier::Base] {
+        let slot = tier as usize;
+        let fits: Vec<usize> = (0..plans.len()).filter(|&g| plans[g].signature[slot] == sig[slot]).collect();
+        match fits.len() {
+            0 => continue,
+            1 => return Fit::One(fits[0], tier),
+            _ => return Fit::Several(fits, tier),
+        }
+    }
+    Fit::None
 }
 
 /// Recover node ids in `index` from the topology in `annotations`.
@@ -287,14 +311,16 @@ pub fn recover(index: &mut TraceIndex, annotations: &Annotations, mode: Recover)
     if annotations.graphs.is_empty() {
         report.no_topology = true;
         report.unmatched_replays = report.replays;
-        report.unresolved_events = replays.values().map(|r| r.len() as u64).sum();
+        report.unmatched_events = replays.values().map(|r| r.len() as u64).sum();
+        report.unresolved_events = report.unmatched_events;
         return report;
     }
 
     let mut names = NameKeys::default();
     let plans: Vec<Plan> = annotations.graphs.values().map(|g| plan(g, &mut names)).collect();
     let mut name_keys: HashMap<(u32, u8), (u32, u32)> = HashMap::default();
-    let mut decided: HashMap<[Vec<(u32, u32)>; 2], Result<(usize, Tier), bool>> = HashMap::default();
+    let mut decided: HashMap<[Vec<(u32, u32)>; 2], Fit> = HashMap::default();
+    let mut decided_by_shape: HashMap<Vec<Shaped>, Option<usize>> = HashMap::default();
     let mut correlations: Vec<i64> = replays.keys().copied().collect();
     correlations.sort_unstable();
 
@@ -309,33 +335,33 @@ pub fn recover(index: &mut TraceIndex, annotations: &Annotations, mode: Recover)
                     let name = if e.name == u32::MAX { "" } else { index.names.get(e.name) };
                     names.keys(kind, Some(name))
                 });
-                Event { index: i, full, base, tid: e.tid, grid_block: index.shape_of(e) }
+                Event { index: i, full, base, grid_block: index.shape_of(e) }
             })
             .collect();
         let sig = [signature(events.iter().map(|e| e.full)), signature(events.iter().map(|e| e.base))];
-        let decision = decided
-            .entry(sig.clone())
-            .or_insert_with(|| {
-                for (slot, tier) in [(0, Tier::Full), (1, Tier::Base)] {
-                    let fits: Vec<usize> = plans.iter().enumerate().filter(|(_, p)| p.signature[slot] == sig[slot]).map(|(i, _)| i).collect();
-                    match fits.len() {
-                        0 => continue,
-                        1 => return Ok((fits[0], tier)),
-                        _ => return Err(true),
+        let fit = decided.entry(sig.clone()).or_insert_with(|| fit_by_kernels(&plans, &sig)).clone();
+        let chosen = match fit {
+            Fit::One(graph, tier) => Some((graph, tier)),
+            Fit::Several(graphs, tier) => {
+                let slot = tier as usize;
+                let seen = shapes(events.iter().map(|e| (if tier == Tier::Full { e.full } else { e.base }, e.grid_block)));
+                let graph = *decided_by_shape.entry(seen).or_insert_with_key(|seen| {
+                    let same: Vec<usize> = graphs.iter().copied().filter(|&g| plans[g].shapes[slot] == *seen).collect();
+                    (same.len() == 1).then(|| same[0])
+                });
+                match graph {
+                    Some(graph) => Some((graph, tier)),
+                    None => {
+                        report.ambiguous_replays += 1;
+                        report.ambiguous_events += events.len() as u64;
+                        report.unresolved_events += events.len() as u64;
+                        continue;
                     }
                 }
-                Err(false)
-            })
-            .clone();
-        let assigned = match decision {
-            Ok((graph, tier)) => assign(&events, &plans[graph], tier, &mut report.tied_events),
-            Err(true) => {
-                report.ambiguous_replays += 1;
-                report.unresolved_events += events.len() as u64;
-                continue;
             }
-            Err(false) => None,
+            Fit::None => None,
         };
+        let assigned = chosen.and_then(|(graph, tier)| assign(&events, &plans[graph], tier, &mut report.tied_events));
         match assigned {
             Some(ids) => {
                 report.recovered_replays += 1;
@@ -346,6 +372,7 @@ pub fn recover(index: &mut TraceIndex, annotations: &Annotations, mode: Recover)
             }
             None => {
                 report.unmatched_replays += 1;
+                report.unmatched_events += events.len() as u64;
                 report.unresolved_events += events.len() as u64;
             }
         }
@@ -368,6 +395,101 @@ mod tests {
         ),
         ("_ZN2at6native12_GLOBAL__N_110add_kernelEPKfPfi", "at::native::(anonymous namespace)::add_kernel(float const*, float*, int)"),
     ];
+
+    /// A trace of replays (correlation, [(kernel, lane, grid)] in start order), each
+    /// launched by a `cudaGraphLaunch`, with no `graph node id`.
+    fn trace_of(replays: &[(i64, &[(&str, u32, u32)])]) -> TraceIndex {
+        let mut events = Vec::new();
+        let mut ts = 0;
+        for (correlation, kernels) in replays {
+            events.push(format!(r#"{{"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 1, "tid": 1, "ts": {ts}, "dur": 1, "args": {{"correlation": {correlation}}}}}"#));
+            for (name, lane, grid) in kernels.iter() {
+                ts += 10;
+                events.push(format!(r#"{{"ph": "X", "cat": "kernel", "name": "{name}", "pid": 0, "tid": {lane}, "ts": {ts}, "dur": 5, "args": {{"correlation": {correlation}, "grid": [{grid}, 1, 1], "block": [128, 1, 1]}}}}"#));
+            }
+            ts += 100;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.json");
+        std::fs::write(&path, format!(r#"{{"traceEvents": [{}]}}"#, events.join(",\n"))).unwrap();
+        crate::scan::scan(&path, &crate::scan::WriteKeys::default(), &mut |_, _| {}).unwrap().0
+    }
+
+    /// A graph's kernel nodes: (name, grid, dependencies as local ids).
+    fn graph(exec: u32, nodes: &[(&str, u32, &[i64])]) -> (u32, Vec<GraphNode>) {
+        let high = (exec as i64) << 32;
+        let nodes = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, (name, grid, deps))| GraphNode {
+                id: high | i as i64,
+                kind: NodeKind::Kernel,
+                name: Some(name.to_string()),
+                deps: deps.iter().map(|d| high | d).collect(),
+                grid: Some([*grid, 1, 1]),
+                block: Some([128, 1, 1]),
+            })
+            .collect();
+        (exec, nodes)
+    }
+
+    fn recovered(graphs: Vec<(u32, Vec<GraphNode>)>, replays: &[(i64, &[(&str, u32, u32)])]) -> (Vec<Option<i64>>, Recovery) {
+        let mut index = trace_of(replays);
+        let annotations = Annotations { nodes: Default::default(), graphs: graphs.into_iter().collect() };
+        let report = recover(&mut index, &annotations, Recover::Auto);
+        let ids = index
+            .events
+            .iter()
+            .filter(|e| e.cat == Cat::Kernel)
+            .map(|e| match e.current_node() {
+                Node::Id(n) => Some(n as i64),
+                _ => None,
+            })
+            .collect();
+        (ids, report)
+    }
+
+    #[test]
+    fn ties_go_to_the_lowest_local_id_whatever_the_lane() {
+        // a(0) and c(1) are roots; x(2) follows c and x(3) follows a. The first x runs on
+        // a's lane, but the lane decides nothing.
+        let g = graph(2, &[("a", 1, &[]), ("c", 1, &[]), ("x", 1, &[1]), ("x", 1, &[0])]);
+        let (ids, report) = recovered(vec![g], &[(5, &[("a", 7, 1), ("c", 9, 1), ("x", 7, 1), ("x", 9, 1)])]);
+        let high = 2i64 << 32;
+        assert_eq!(ids, vec![Some(high), Some(high | 1), Some(high | 2), Some(high | 3)]);
+        assert_eq!((report.recovered_replays, report.recovered_events, report.tied_events), (1, 4, 1));
+    }
+
+    #[test]
+    fn the_launch_shape_picks_among_same_named_candidates() {
+        let g = graph(2, &[("x", 4, &[]), ("x", 8, &[])]);
+        let (ids, report) = recovered(vec![g], &[(5, &[("x", 7, 8), ("x", 7, 4)])]);
+        let high = 2i64 << 32;
+        assert_eq!(ids, vec![Some(high | 1), Some(high)]);
+        assert_eq!(report.tied_events, 0);
+    }
+
+    #[test]
+    fn graphs_with_the_same_kernels_are_told_apart_by_their_shapes() {
+        let small = graph(2, &[("k", 4, &[]), ("m", 4, &[0])]);
+        let large = graph(4, &[("k", 64, &[]), ("m", 64, &[0])]);
+        let (ids, report) = recovered(vec![small, large], &[(5, &[("k", 7, 64), ("m", 7, 64)]), (6, &[("k", 7, 4), ("m", 7, 4)])]);
+        let (s, l) = (2i64 << 32, 4i64 << 32);
+        assert_eq!(ids, vec![Some(l), Some(l | 1), Some(s), Some(s | 1)]);
+        assert_eq!((report.replays, report.recovered_replays, report.ambiguous_replays), (2, 2, 0));
+    }
+
+    #[test]
+    fn ambiguous_and_unmatched_replays_are_counted_and_left_alone() {
+        let twin_a = graph(2, &[("k", 4, &[])]);
+        let twin_b = graph(4, &[("k", 4, &[])]);
+        let other = graph(6, &[("z", 4, &[]), ("z", 4, &[0])]);
+        let (ids, report) = recovered(vec![twin_a, twin_b, other], &[(5, &[("k", 7, 4)]), (6, &[("q", 7, 4), ("q", 7, 4)]), (7, &[("z", 7, 4), ("z", 7, 4)])]);
+        let z = 6i64 << 32;
+        assert_eq!(ids, vec![None, None, None, Some(z), Some(z | 1)]);
+        let counts = (report.replays, report.recovered_replays, report.ambiguous_replays, report.ambiguous_events, report.unmatched_replays, report.unmatched_events, report.unresolved_events);
+        assert_eq!(counts, (3, 1, 1, 1, 1, 2, 3));
+    }
 
     #[test]
     fn driver_and_profiler_names_meet() {

@@ -144,25 +144,25 @@ const TID_FLOAT: u32 = 1 << 14;
 const TID_BOOL: u32 = 1 << 15;
 const PID_FLOAT: u32 = 1 << 16;
 const PID_BOOL: u32 = 1 << 17;
+/// `ts` present but not a number.
+const TS_NOT_NUMBER: u32 = 1 << 18;
+/// `dur` present but not a number.
+const DUR_NOT_NUMBER: u32 = 1 << 19;
 
-/// Integers up to this magnitude are kept exactly in an `f64`.
-const EXACT_INT: i64 = 1 << 53;
-
-/// A number as an `f64` plus whether it was an integer; `None` for integers too large
-/// to keep exactly.
-fn pack(n: Num) -> Option<(f64, bool)> {
+/// A number in 64 bits: an integer's own bits or a float's, `int` telling which, so
+/// that integers of any size keep exact (epoch nanoseconds exceed 2**53).
+fn pack(n: Num) -> (u64, bool) {
     match n {
-        Num::Float(f) => Some((f, false)),
-        Num::Int(i) if i.abs() <= EXACT_INT => Some((i as f64, true)),
-        Num::Int(_) => None,
+        Num::Float(f) => (f.to_bits(), false),
+        Num::Int(i) => (i as u64, true),
     }
 }
 
-fn unpack(value: f64, int: bool) -> Num {
+fn unpack(bits: u64, int: bool) -> Num {
     if int {
-        Num::Int(value as i64)
+        Num::Int(bits as i64)
     } else {
-        Num::Float(value)
+        Num::Float(f64::from_bits(bits))
     }
 }
 
@@ -196,9 +196,9 @@ pub struct Tracked {
     new_tid: KeyId,
     /// The magnitude of the node id (its sign is a flag).
     node: u64,
-    ts: f64,
-    dur: f64,
-    new_ts: f64,
+    ts: u64,
+    dur: u64,
+    new_ts: u64,
     correlation: i64,
 }
 
@@ -273,6 +273,20 @@ impl Tracked {
             NodeKind::Id => Node::Id(self.node_id()),
             NodeKind::Other => Node::Other,
         }
+    }
+
+    /// What the reference's `event["ts"]` would find.
+    pub fn ts_field(&self) -> Field<Num> {
+        match self.ts() {
+            Some(ts) => Field::Value(ts),
+            None if self.has(TS_NOT_NUMBER) => Field::Odd,
+            None => Field::Missing,
+        }
+    }
+
+    /// Whether `dur` is there but not a number.
+    pub fn dur_is_odd(&self) -> bool {
+        self.has(DUR_NOT_NUMBER)
     }
 
     pub fn ts(&self) -> Option<Num> {
@@ -363,7 +377,7 @@ impl Tracked {
     }
 
     pub fn set_ts(&mut self, ts: Num) {
-        let (value, int) = pack(ts).unwrap_or((ts.as_f64(), false));
+        let (value, int) = pack(ts);
         self.new_ts = value;
         self.flags |= NEW_TS_SET;
         if int {
@@ -394,7 +408,7 @@ pub struct Flow {
     pub new_tid: KeyId,
     /// The tracked event whose final place it takes (cgfast's pipeline).
     pub follows: u32,
-    ts: f64,
+    ts: u64,
     flags: u8,
 }
 
@@ -438,10 +452,14 @@ pub struct TraceIndex {
     pub shapes: Vec<[u32; 6]>,
     shape_ids: rustc_hash::FxHashMap<[u32; 6], u32>,
     pub event_count: u64,
+    /// The dict API's events and flows whose `ts` is not a number (or is absent), by the
+    /// key Python would index them under (`None` for an absent one); the scanner sets
+    /// none, so `append` has none to carry.
+    odd_ts_keys: rustc_hash::FxHashMap<Kept, Key>,
 }
 
 /// What [`TraceIndex::observe`] kept of an event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kept {
     Event(usize),
     Flow(usize),
@@ -458,6 +476,21 @@ impl TraceIndex {
         self.untracked_lanes[i] = true;
     }
 
+    /// Record the key of a non-numeric `ts` (the dict API's flow index uses it).
+    pub fn set_odd_ts_key(&mut self, kept: Kept, key: Key) {
+        self.odd_ts_keys.insert(kept, key);
+    }
+
+    /// `ts` as a key of the reference's flow index: `None` when it has none.
+    pub fn ts_key(&self, kept: Kept) -> Option<Key> {
+        let ts = match kept {
+            Kept::Event(i) => self.events[i].ts(),
+            Kept::Flow(i) => self.flows[i].ts(),
+            Kept::Lane => None,
+        };
+        ts.and_then(Key::from_num).or_else(|| self.odd_ts_keys.get(&kept).copied())
+    }
+
     pub fn lane_used_by_untracked(&self, tid: KeyId) -> bool {
         self.untracked_lanes.get(tid as usize).copied().unwrap_or(false)
     }
@@ -472,9 +505,9 @@ impl TraceIndex {
         }
         let tid = self.keys.id(ev.tid);
         let pid = ev.pid.map_or(NONE, |p| self.keys.id(p));
-        let ts = ev.ts.value().and_then(pack);
+        let ts = ev.ts.value().map(pack);
         if ev.cat == Cat::Ac2g && ev.ph == Ph::FlowFinish && ev.node == Node::Missing {
-            let (value, int) = ts.unwrap_or((0.0, false));
+            let (value, int) = ts.unwrap_or((0, false));
             let flags = if ts.is_some() { FLOW_TS_SET | if int { FLOW_TS_INT } else { 0 } } else { 0 };
             self.flows.push(Flow { ordinal, pid, tid, new_tid: NONE, follows: NONE, ts: value, flags });
             return Kept::Flow(self.flows.len() - 1);
@@ -487,13 +520,19 @@ impl TraceIndex {
             return Kept::Lane;
         }
         let dur = match ev.dur {
-            Field::Missing => Some((0.0, true)),
-            Field::Value(d) => pack(d),
+            Field::Missing => Some(pack(Num::ZERO)),
+            Field::Value(d) => Some(pack(d)),
             Field::Odd => None,
         };
         let mut flags = 0;
         if ev.args == Field::Odd || ts.is_none() || dur.is_none() {
             flags |= ODD;
+        }
+        if ev.ts == Field::Odd {
+            flags |= TS_NOT_NUMBER;
+        }
+        if ev.dur == Field::Odd {
+            flags |= DUR_NOT_NUMBER;
         }
         if let Some((_, int)) = ts {
             flags |= TS_SET | if int { TS_INT } else { 0 };
@@ -550,9 +589,9 @@ impl TraceIndex {
             shape,
             new_tid: NONE,
             node,
-            ts: ts.map_or(0.0, |t| t.0),
-            dur: dur.map_or(0.0, |d| d.0),
-            new_ts: 0.0,
+            ts: ts.map_or(0, |t| t.0),
+            dur: dur.map_or(0, |d| d.0),
+            new_ts: 0,
             correlation: ev.correlation.unwrap_or(0),
         });
         Kept::Event(self.events.len() - 1)

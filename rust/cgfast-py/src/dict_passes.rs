@@ -4,10 +4,10 @@
 use std::collections::HashMap;
 
 use cgfast_core::key::{Key, Spelling};
-use cgfast_core::passes::{self, AsksLane, FlowLink};
+use cgfast_core::passes::{self, AsksLane, FlowLink, OddEvents, Refusal, Refused};
 use cgfast_core::trace::{Cat, Field, Node, NodeId, Observed, Ph, TraceIndex, NONE};
 use std::collections::HashSet;
-use pyo3::exceptions::{PyKeyError, PyTypeError};
+use pyo3::exceptions::{PyAttributeError, PyKeyError, PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 
@@ -25,11 +25,16 @@ fn str_field(d: &Bound<'_, PyDict>, name: &str) -> PyResult<Option<String>> {
     })
 }
 
-fn num_field(d: &Bound<'_, PyDict>, name: &str) -> PyResult<Field<cgfast_core::key::Num>> {
-    Ok(match d.get_item(name)? {
+fn num_field(value: Option<&Bound<'_, PyAny>>) -> Field<cgfast_core::key::Num> {
+    match value {
         None => Field::Missing,
-        Some(v) => num_of(&v).map_or(Field::Odd, Field::Value),
-    })
+        Some(v) => num_of(v).map_or(Field::Odd, Field::Value),
+    }
+}
+
+/// An int the core can not hold (beyond 64 bits).
+fn is_big_int(value: Option<&Bound<'_, PyAny>>) -> bool {
+    value.is_some_and(|v| v.is_instance_of::<pyo3::types::PyInt>() && num_of(v).is_none())
 }
 
 fn spelling_of(v: Option<&Bound<'_, PyAny>>) -> Spelling {
@@ -59,9 +64,16 @@ fn node_of(v: Option<Bound<'_, PyAny>>) -> Node {
     }
 }
 
-/// Index the events of `traceEvents` (non-dict events are left alone).
-fn index_of(events: &Bound<'_, PyList>) -> PyResult<TraceIndex> {
+/// The index of a trace of dicts, and which events have a `ts` or `dur` beyond 64 bits.
+struct DictIndex {
+    index: TraceIndex,
+    big_ints: HashSet<u32>,
+}
+
+/// Index the events of `traceEvents` (the caller has checked that they are dicts).
+fn index_of(events: &Bound<'_, PyList>) -> PyResult<DictIndex> {
     let mut index = TraceIndex::default();
+    let mut big_ints = HashSet::new();
     for (ordinal, ev) in events.iter().enumerate() {
         let Ok(d) = ev.cast::<PyDict>() else {
             index.event_count += 1;
@@ -90,6 +102,10 @@ fn index_of(events: &Bound<'_, PyList>) -> PyResult<TraceIndex> {
             }
             None => (Node::Missing, None, false),
         };
+        let (ts, dur) = (d.get_item("ts")?, d.get_item("dur")?);
+        if is_big_int(ts.as_ref()) || is_big_int(dur.as_ref()) {
+            big_ints.insert(ordinal as u32);
+        }
         let observed = Observed {
             ph,
             cat,
@@ -98,8 +114,8 @@ fn index_of(events: &Bound<'_, PyList>) -> PyResult<TraceIndex> {
             tid,
             pid_spelling: spelling_of(pid_value.as_ref()),
             tid_spelling: spelling_of(tid_value.as_ref()),
-            ts: num_field(d, "ts")?,
-            dur: num_field(d, "dur")?,
+            ts: num_field(ts.as_ref()),
+            dur: num_field(dur.as_ref()),
             args: match (&args, args_dict) {
                 (None, _) => Field::Missing,
                 (Some(_), Some(_)) => Field::Value(()),
@@ -111,9 +127,96 @@ fn index_of(events: &Bound<'_, PyList>) -> PyResult<TraceIndex> {
             correlation: None,
             grid_block: None,
         };
-        index.observe(ordinal as u32, &observed);
+        let kept = index.observe(ordinal as u32, &observed);
+        if observed.ts.value().is_none() {
+            // the reference's flow index takes any `event.get("ts")` as it is
+            let key = match &ts {
+                // equal ints beyond 64 bits are one key: their digits, marked apart from
+                // strings by a control character no trace writes
+                Some(big) if is_big_int(Some(big)) => index.keys.string(&format!("\u{1}int {}", big.str()?)),
+                _ => key_of(ts.as_ref(), &mut index.keys),
+            };
+            index.set_odd_ts_key(kept, key);
+        }
     }
-    Ok(index)
+    Ok(DictIndex { index, big_ints })
+}
+
+/// The reference calls `event.get(...)` and `event.get("args", {}).get(...)`: an event
+/// that is not a dict, or whose `args` is not one, fails there with AttributeError
+/// (for `args`, only on the events that `reads_args` says it looks into).
+fn check_dicts(events: &Bound<'_, PyList>, reads_args: impl Fn(&Bound<'_, PyDict>) -> PyResult<bool>) -> PyResult<()> {
+    for (i, ev) in events.iter().enumerate() {
+        let Ok(d) = ev.cast::<PyDict>() else {
+            return Err(PyAttributeError::new_err(format!("traceEvents[{i}] is {}, not a dict", ev.get_type().name()?)));
+        };
+        if let Some(args) = d.get_item("args")? {
+            if !args.is_instance_of::<PyDict>() && reads_args(d)? {
+                return Err(PyAttributeError::new_err(format!("traceEvents[{i}][\"args\"] is {}, not a dict", args.get_type().name()?)));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `event[field]` is there and can not be a dict key.
+fn unhashable(event: &Bound<'_, PyDict>, field: &str) -> PyResult<bool> {
+    Ok(event.get_item(field)?.is_some_and(|v| v.hash().is_err()))
+}
+
+/// `graph node id` present, not None and not 0, as the reference tests it.
+fn has_node(event: &Bound<'_, PyDict>) -> PyResult<bool> {
+    let Some(args) = args_of(event)? else { return Ok(false) };
+    Ok(match args.get_item("graph node id")? {
+        Some(node) => !node.is_none() && !node.eq(0)?,
+        None => false,
+    })
+}
+
+/// The reference keys sets and dicts by every event's `tid`, and by the `(tid, ts)` of
+/// flow-finish and graphed events: a value that can not be a key fails with TypeError.
+fn check_keys(events: &Bound<'_, PyList>, which: impl Fn(&Bound<'_, PyDict>) -> PyResult<(bool, bool)>) -> PyResult<()> {
+    for (i, ev) in events.iter().enumerate() {
+        let Ok(d) = ev.cast::<PyDict>() else { continue };
+        let (tid_is_key, ts_is_key) = which(d)?;
+        for (field, is_key) in [("tid", tid_is_key), ("ts", ts_is_key)] {
+            if is_key && unhashable(d, field)? {
+                return Err(PyTypeError::new_err(format!("traceEvents[{i}][\"{field}\"] can not be a dict key")));
+            }
+        }
+        if ts_is_key && args_of(d)?.map(|a| a.get_item("graph node id")).transpose()?.flatten().is_some_and(|n| n.hash().is_err()) {
+            return Err(PyTypeError::new_err(format!("traceEvents[{i}][\"args\"][\"graph node id\"] can not be a dict key")));
+        }
+    }
+    Ok(())
+}
+
+/// `args.get("graph node id", 0) != 0`, as the lane passes test it.
+fn graphed(event: &Bound<'_, PyDict>) -> PyResult<bool> {
+    let Some(args) = args_of(event)? else { return Ok(false) };
+    Ok(match args.get_item("graph node id")? {
+        Some(node) => !node.eq(0)?,
+        None => false,
+    })
+}
+
+fn is_flow_finish(event: &Bound<'_, PyDict>) -> PyResult<bool> {
+    Ok(str_field(event, "cat")?.as_deref() == Some("ac2g") && str_field(event, "ph")?.as_deref() == Some("f"))
+}
+
+/// The error the reference's Python raises where a lane pass refused the trace.
+fn refusal_error(events: &Bound<'_, PyList>, dict_index: &DictIndex, refused: Refused) -> PyResult<PyErr> {
+    let ordinal = dict_index.index.events[refused.event].ordinal;
+    let event = events.get_item(ordinal as usize)?;
+    let field = if refused.why == Refusal::DurNotANumber { "dur" } else { "ts" };
+    if refused.why == Refusal::NoTs {
+        return Ok(PyKeyError::new_err(format!("traceEvents[{ordinal}] has no \"ts\"")));
+    }
+    let value = event.get_item(field)?;
+    if dict_index.big_ints.contains(&ordinal) && is_big_int(Some(&value)) {
+        return Ok(PyOverflowError::new_err(format!("traceEvents[{ordinal}][\"{field}\"] = {} is beyond 64 bits", value.repr()?)));
+    }
+    Ok(PyTypeError::new_err(format!("traceEvents[{ordinal}][\"{field}\"] = {} is not a number", value.repr()?)))
 }
 
 /// A node's annotation with Python's own `str()` and `int()` applied.
@@ -169,7 +272,9 @@ fn args_of<'py>(event: &Bound<'py, PyDict>) -> PyResult<Option<Bound<'py, PyDict
 #[pyo3(signature = (trace, annotations, default_stream = 7))]
 pub fn annotate_trace(py: Python<'_>, trace: &Bound<'_, PyDict>, annotations: &Bound<'_, PyAny>, default_stream: i64) -> PyResult<u64> {
     let events = events_of(trace)?;
-    let mut index = index_of(&events)?;
+    check_dicts(&events, |_| Ok(true))?;
+    check_keys(&events, |d| Ok((true, is_flow_finish(d)? || has_node(d)?)))?;
+    let mut index = index_of(&events)?.index;
     let resolved = resolve(py, &index, annotations)?;
     let outcome = passes::annotate(&mut index, &resolved, default_stream, FlowLink::AtTidTs);
     let event_at = |ordinal: u32| -> PyResult<Bound<'_, PyDict>> { Ok(events.get_item(ordinal as usize)?.cast_into::<PyDict>()?) };
@@ -230,8 +335,13 @@ pub fn annotate_trace(py: Python<'_>, trace: &Bound<'_, PyDict>, annotations: &B
 #[pyo3(signature = (trace, default_stream = 7, overlap_stream = 8))]
 pub fn move_overlapping_to_stream(trace: &Bound<'_, PyDict>, default_stream: i64, overlap_stream: i64) -> PyResult<u64> {
     let events = events_of(trace)?;
-    let mut index = index_of(&events)?;
-    let moved = passes::move_overlapping(&mut index, default_stream, overlap_stream);
+    check_dicts(&events, |d| Ok(str_field(d, "cat")?.as_deref() == Some("kernel") && d.get_item("tid")?.is_some_and(|t| t.eq(default_stream).unwrap_or(false))))?;
+    let mut dict_index = index_of(&events)?;
+    let moved = match passes::move_overlapping_or_refuse(&mut dict_index.index, default_stream, overlap_stream, OddEvents::Refuse) {
+        Ok(moved) => moved,
+        Err(refused) => return Err(refusal_error(&events, &dict_index, refused)?),
+    };
+    let index = dict_index.index;
     for e in index.events.iter().filter(|e| e.new_stream(&index.keys).is_some()) {
         let event = events.get_item(e.ordinal as usize)?.cast_into::<PyDict>()?;
         event.set_item("tid", overlap_stream)?;
@@ -246,8 +356,15 @@ pub fn move_overlapping_to_stream(trace: &Bound<'_, PyDict>, default_stream: i64
 #[pyo3(signature = (trace, max_adjust_us = 1.0))]
 pub fn fix_overlapping_timestamps(py: Python<'_>, trace: &Bound<'_, PyDict>, max_adjust_us: f64) -> PyResult<u64> {
     let events = events_of(trace)?;
-    let mut index = index_of(&events)?;
-    let fixed = passes::fix_timestamps(&mut index, max_adjust_us);
+    let is_work = |d: &Bound<'_, PyDict>| -> PyResult<bool> { Ok(str_field(d, "cat")?.is_some_and(|c| Cat::from_name(&c).is_work())) };
+    check_dicts(&events, is_work)?;
+    check_keys(&events, |d| Ok((is_work(d)? && graphed(d)?, false)))?;
+    let mut dict_index = index_of(&events)?;
+    let fixed = match passes::fix_timestamps_or_refuse(&mut dict_index.index, max_adjust_us, OddEvents::Refuse) {
+        Ok(fixed) => fixed,
+        Err(refused) => return Err(refusal_error(&events, &dict_index, refused)?),
+    };
+    let index = dict_index.index;
     for e in &index.events {
         if let Some(ts) = e.new_ts() {
             events.get_item(e.ordinal as usize)?.set_item("ts", num_to_py(py, ts)?)?;

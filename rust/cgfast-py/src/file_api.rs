@@ -1,13 +1,14 @@
 //! The file pipeline, annotation files and the command line, from Python.
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
-use cgfast_core::annotation_file;
+use cgfast_core::{annotation_file, cancel};
 use cgfast_core::annotations::Annotations;
 use cgfast_core::paths::{default_output, discover_annotations};
 use cgfast_core::pipeline::{self, Options};
 use cgfast_core::recover::Recover;
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
@@ -48,6 +49,7 @@ pub fn annotate_file<'py>(
     recover: &str,
     gzip_level: u32,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let started = Instant::now();
     let trace = path_of(trace)?.ok_or_else(|| PyValueError::new_err("trace must be a path"))?;
     if !(max_adjust_us.is_finite() && max_adjust_us >= 0.0) || gzip_level > 9 {
         return Err(PyValueError::new_err("max_adjust_us must be >= 0 and gzip_level 0..9"));
@@ -73,9 +75,12 @@ pub fn annotate_file<'py>(
     }
     .unwrap_or_else(|| default_output(&trace));
     let options = Options { default_stream, overlap_stream, max_adjust_us, recover: recover_mode(recover)?, gzip_level };
-    let report = py
-        .detach(|| pipeline::annotate_file(&trace, &annotations, &output, &options, &mut |_, _, _| {}))
-        .map_err(|f| TraceError::new_err(f.message))?;
+    let (result, raised) = interruptible(py, || pipeline::annotate_file(&trace, &annotations, &output, &options, &mut |_, _, _| {}))?;
+    if let Some(e) = raised {
+        return Err(e);
+    }
+    let mut report = result.map_err(|f| TraceError::new_err(f.message))?;
+    report.seconds = started.elapsed().as_secs_f64();
     json_to_py(py, &report.to_json(annotations_path.as_deref(), true))
 }
 
@@ -102,9 +107,36 @@ pub fn write_annotations(py: Python<'_>, path: &Bound<'_, PyAny>, annotations: &
     py.detach(|| annotation_file::write(&path, &annotations)).map_err(TraceError::new_err)
 }
 
-/// Run the `cgfast` command line in this process; returns its exit status.
+/// Run the `cgfast` command line in this process; returns its exit status (130 when
+/// a signal stopped it: the command line has said so on stderr).
 #[pyfunction]
 pub fn run_cli(py: Python<'_>, argv: Vec<String>) -> PyResult<i32> {
     py.import("sys")?.getattr("stdout")?.call_method0("flush")?;
-    Ok(py.detach(|| cgfast_cli::run(argv)))
+    cgfast_cli::quiet_panics();
+    // a signal stops the command line, which says so and exits 130; or it had finished
+    let (status, _signalled) = interruptible(py, || cgfast_cli::run(argv))?;
+    Ok(status)
+}
+
+/// Run `work` on a thread of its own while this one waits in short steps, without
+/// the GIL, letting Python run its signal handlers in between. When one raises (Ctrl-C:
+/// KeyboardInterrupt) the work is asked to stop, and the exception is given once it
+/// has stopped (its temporary files removed), beside the work's result.
+fn interruptible<T: Send>(py: Python<'_>, work: impl FnOnce() -> T + Send) -> PyResult<(T, Option<PyErr>)> {
+    cancel::clear();
+    std::thread::scope(|scope| {
+        let worker = scope.spawn(work);
+        let mut raised = None;
+        while !worker.is_finished() {
+            py.detach(|| std::thread::sleep(Duration::from_millis(20)));
+            if raised.is_none() {
+                if let Err(e) = py.check_signals() {
+                    cancel::request();
+                    raised = Some(e);
+                }
+            }
+        }
+        let done = worker.join().map_err(|_| PyRuntimeError::new_err("cgfast: internal error (a bug: please report it)"))?;
+        Ok((done, raised))
+    })
 }
