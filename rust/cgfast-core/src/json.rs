@@ -39,35 +39,68 @@ pub struct Cursor<'a> {
     nesting: Vec<bool>,
 }
 
-/// Nonzero where a byte of `word` equals `byte` (the high bit of that byte is set;
-/// only the lowest such byte is exact, which is the one used).
+/// The offset of the first byte at or after `from` that ends or interrupts a string's
+/// plain text: `"`, `\\` or a control character.
 #[inline]
-fn has_byte(word: u64, byte: u8) -> u64 {
-    const LO: u64 = 0x0101_0101_0101_0101;
-    const HI: u64 = 0x8080_8080_8080_8080;
-    let x = word ^ (LO * byte as u64);
-    x.wrapping_sub(LO) & !x & HI
+fn special_byte(buf: &[u8], from: usize) -> Option<usize> {
+    #[cfg(target_arch = "x86_64")]
+    let (from, found) = special_byte_sse2(buf, from);
+    #[cfg(not(target_arch = "x86_64"))]
+    let (from, found) = special_byte_words(buf, from);
+    found.or_else(|| buf[from..].iter().position(|&b| is_special(b)).map(|k| from + k))
 }
 
-/// Nonzero where a byte of `word` is below 0x20 (exact for the lowest such byte).
 #[inline]
-fn has_control(word: u64) -> u64 {
-    const LO: u64 = 0x0101_0101_0101_0101;
-    const HI: u64 = 0x8080_8080_8080_8080;
-    word.wrapping_sub(LO * 0x20) & !word & HI
+fn is_special(b: u8) -> bool {
+    b == b'"' || b == b'\\' || b < 0x20
 }
 
-/// The offset of the first byte below 0x20, eight bytes at a time.
-fn first_control(bytes: &[u8]) -> Option<usize> {
-    let mut chunks = bytes.chunks_exact(8);
-    let mut at = 0;
-    for chunk in &mut chunks {
-        if has_control(u64::from_le_bytes(chunk.try_into().expect("8 bytes"))) != 0 {
-            return chunk.iter().position(|&b| b < 0x20).map(|k| at + k);
+/// Sixteen bytes at a time; what is left of the buffer after the last whole block is
+/// the caller's (the offset returned first).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn special_byte_sse2(buf: &[u8], mut at: usize) -> (usize, Option<usize>) {
+    use std::arch::x86_64::*;
+    // SAFETY: SSE2 is part of every x86-64 processor, and each load reads the 16 bytes
+    // `buf[at..at + 16]`, inside the slice.
+    unsafe {
+        let quote = _mm_set1_epi8(b'"' as i8);
+        let backslash = _mm_set1_epi8(b'\\' as i8);
+        let control_max = _mm_set1_epi8(0x1f);
+        while at + 16 <= buf.len() {
+            let v = _mm_loadu_si128(buf.as_ptr().add(at) as *const __m128i);
+            let control = _mm_cmpeq_epi8(_mm_max_epu8(v, control_max), control_max);
+            let hits = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)), control);
+            let mask = _mm_movemask_epi8(hits) as u32;
+            if mask != 0 {
+                return (at, Some(at + mask.trailing_zeros() as usize));
+            }
+            at += 16;
+        }
+    }
+    (at, None)
+}
+
+/// Eight bytes at a time, in the bits of a word.
+#[cfg(not(target_arch = "x86_64"))]
+#[inline]
+fn special_byte_words(buf: &[u8], mut at: usize) -> (usize, Option<usize>) {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    // Nonzero where a byte equals `byte` (exact for the lowest such byte).
+    let equal = |word: u64, byte: u8| {
+        let x = word ^ (LO * byte as u64);
+        x.wrapping_sub(LO) & !x & HI
+    };
+    while at + 8 <= buf.len() {
+        let word = u64::from_le_bytes(buf[at..at + 8].try_into().expect("8 bytes"));
+        let hits = equal(word, b'"') | equal(word, b'\\') | (word.wrapping_sub(LO * 0x20) & !word & HI);
+        if hits != 0 {
+            return (at, Some(at + (hits.trailing_zeros() / 8) as usize));
         }
         at += 8;
     }
-    chunks.remainder().iter().position(|&b| b < 0x20).map(|k| at + k)
+    (at, None)
 }
 
 #[inline]
@@ -118,53 +151,29 @@ impl<'a> Cursor<'a> {
             return self.syntax("a string");
         }
         let start = self.pos + 1;
-        // Most strings of a trace are short keys: look at them eight bytes at a time.
         let mut i = start;
-        while i + 8 <= self.buf.len() && i < start + 64 {
-            let word = u64::from_le_bytes(self.buf[i..i + 8].try_into().expect("8 bytes"));
-            let hits = has_byte(word, b'"') | has_byte(word, b'\\') | has_control(word);
-            if hits != 0 {
-                let at = i + (hits.trailing_zeros() / 8) as usize;
-                match self.buf[at] {
-                    b'"' => {
-                        self.pos = at + 1;
-                        return Ok(StrSpan { start, end: at, escaped: false });
-                    }
-                    b'\\' => {
-                        i = at;
-                        break;
-                    }
-                    _ => {
-                        self.pos = at;
-                        return self.syntax("no control character in a string (JSON requires escaping it)");
-                    }
-                }
-            }
-            i += 8;
-        }
         let mut escaped = false;
         loop {
-            match memchr2(b'"', b'\\', &self.buf[i..]) {
-                None => return Err(ScanError::Incomplete),
-                Some(k) => {
-                    if let Some(bad) = first_control(&self.buf[i..i + k]) {
-                        self.pos = i + bad;
-                        return self.syntax("no control character in a string (JSON requires escaping it)");
-                    }
-                    i += k;
-                    if self.buf[i] == b'"' {
-                        self.pos = i + 1;
-                        return Ok(StrSpan { start, end: i, escaped });
-                    }
+            let Some(at) = special_byte(self.buf, i) else { return Err(ScanError::Incomplete) };
+            match self.buf[at] {
+                b'"' => {
+                    self.pos = at + 1;
+                    return Ok(StrSpan { start, end: at, escaped });
+                }
+                b'\\' => {
                     escaped = true;
-                    match self.buf.get(i + 1) {
+                    match self.buf.get(at + 1) {
                         None => return Err(ScanError::Incomplete),
-                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' | b'u') => i += 2,
+                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' | b'u') => i = at + 2,
                         Some(_) => {
-                            self.pos = i;
+                            self.pos = at;
                             return self.syntax("a valid escape");
                         }
                     }
+                }
+                _ => {
+                    self.pos = at;
+                    return self.syntax("no control character in a string (JSON requires escaping it)");
                 }
             }
         }
