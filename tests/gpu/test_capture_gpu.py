@@ -381,6 +381,23 @@ def test_install_makes_a_plain_torch_cuda_graph_record(truth):
     assert set(capture.get_graph_topology()) == {truth.exec_id(g)}
 
 
+def test_recording_started_inside_a_running_capture(truth):
+    capture.uninstall()
+    x = torch.randn(4096, device="cuda")
+    x.exp()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    spans = {}
+    with torch.cuda.graph(g):  # begun before anything was patched
+        y = x + 1
+        with capture.recording():
+            with truth.span(spans, "late"), capture.mark_kernels("late"):
+                y = y.exp() * 3
+    assert spans["late"]
+    assert dict(capture.get_kernel_annotations()) == registry_for(truth.exec_id(g), {"late": (spans["late"], {"name": "late"})})
+    assert set(capture.get_graph_topology()) == {truth.exec_id(g)}
+
+
 def test_topology_matches_the_graph(truth):
     x = torch.randn(1 << 14, device="cuda")
     a = torch.randn(128, 256, device="cuda")
