@@ -1,6 +1,7 @@
 //! The file pipeline, annotation files and the command line, from Python.
 
 use std::path::PathBuf;
+use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use cgfast_core::{annotation_file, cancel};
@@ -124,11 +125,22 @@ pub fn run_cli(py: Python<'_>, argv: Vec<String>) -> PyResult<i32> {
 /// has stopped (its temporary files removed), beside the work's result.
 fn interruptible<T: Send>(py: Python<'_>, work: impl FnOnce() -> T + Send) -> PyResult<(T, Option<PyErr>)> {
     cancel::clear();
+    let finished = &(Mutex::new(false), Condvar::new());
     std::thread::scope(|scope| {
-        let worker = scope.spawn(work);
+        let worker = scope.spawn(move || {
+            let result = work();
+            *finished.0.lock().unwrap_or_else(PoisonError::into_inner) = true;
+            finished.1.notify_one();
+            result
+        });
         let mut raised = None;
-        while !worker.is_finished() {
-            py.detach(|| std::thread::sleep(Duration::from_millis(20)));
+        let wait = || {
+            let done = finished.0.lock().unwrap_or_else(PoisonError::into_inner);
+            let (done, _) = finished.1.wait_timeout_while(done, Duration::from_millis(20), |done| !*done).unwrap_or_else(PoisonError::into_inner);
+            *done
+        };
+        // (a panicking work never says it finished: joining reports it)
+        while !py.detach(wait) && !worker.is_finished() {
             if raised.is_none() {
                 if let Err(e) = py.check_signals() {
                     cancel::request();
@@ -136,7 +148,7 @@ fn interruptible<T: Send>(py: Python<'_>, work: impl FnOnce() -> T + Send) -> Py
                 }
             }
         }
-        let done = worker.join().map_err(|_| PyRuntimeError::new_err("cgfast: internal error (a bug: please report it)"))?;
-        Ok((done, raised))
+        let result = worker.join().map_err(|_| PyRuntimeError::new_err("cgfast: internal error (a bug: please report it)"))?;
+        Ok((result, raised))
     })
 }
