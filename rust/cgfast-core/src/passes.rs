@@ -103,7 +103,7 @@ pub fn annotate(index: &mut TraceIndex, annotations: &impl Lookup, default_strea
     let mut lanes: HashMap<i64, KeyId> = HashMap::default();
     // Each visited event with the first flow whose place hashes like its place; looked up
     // here and walked after, so that the lookups' cache misses overlap.
-    let mut visits: Vec<(u32, u32)> = Vec::new();
+    let mut visits: Vec<(u32, u32)> = Vec::with_capacity(index.flows.len());
     for i in 0..index.events.len() {
         let e = &index.events[i];
         let (relane, claims) = (relanes(e, link), claims_flows(e, link));
@@ -274,7 +274,7 @@ pub struct Refused {
 }
 
 /// Graphed work events the lane passes may reorder, by position in `index.events`.
-fn lane_candidates(index: &TraceIndex, kernels_only: bool, odd: OddEvents) -> Vec<usize> {
+fn lane_candidates(index: &TraceIndex, kernels_only: bool, odd: OddEvents) -> Vec<u32> {
     let usable = |e: &Tracked| odd == OddEvents::Refuse || !e.odd();
     let kind_ok = |cat: Cat| if kernels_only { cat == Cat::Kernel } else { cat.is_work() };
     (0..index.events.len())
@@ -282,6 +282,7 @@ fn lane_candidates(index: &TraceIndex, kernels_only: bool, odd: OddEvents) -> Ve
             let e = &index.events[i];
             kind_ok(e.cat) && usable(e) && !e.removed() && e.current_node().graphed()
         })
+        .map(|i| i as u32)
         .collect()
 }
 
@@ -341,12 +342,12 @@ fn bits_num(bits: u64, int: bool) -> Num {
 
 /// `events` with their start times, sorted stably like Python's `sorted`; refused where
 /// that sort or the first comparison with a number would fail.
-fn sorted_by_ts(index: &TraceIndex, events: Vec<usize>) -> Result<Vec<Timed>, Refused> {
-    if let Some(&event) = events.iter().find(|&&i| index.events[i].ts_field() == Field::Missing) {
-        return Err(Refused { event, why: Refusal::NoTs });
+fn sorted_by_ts(index: &TraceIndex, events: Vec<u32>) -> Result<Vec<Timed>, Refused> {
+    if let Some(&event) = events.iter().find(|&&i| index.events[i as usize].ts_field() == Field::Missing) {
+        return Err(Refused { event: event as usize, why: Refusal::NoTs });
     }
     let mut timed = Vec::with_capacity(events.len());
-    for i in events {
+    for i in events.into_iter().map(|i| i as usize) {
         let e = &index.events[i];
         let ts = e.current_ts().ok_or(Refused { event: i, why: Refusal::TsNotANumber })?;
         timed.push(Timed::new(i, ts, e));
@@ -398,7 +399,7 @@ pub fn move_overlapping(index: &mut TraceIndex, default_stream: i64, overlap_str
 pub fn move_overlapping_or_refuse(index: &mut TraceIndex, default_stream: i64, overlap_stream: i64, odd: OddEvents) -> Result<u64, Refused> {
     let Some(lane) = index.keys.find(Key::Int(default_stream)) else { return Ok(0) };
     let mut candidates = lane_candidates(index, true, odd);
-    candidates.retain(|&i| index.events[i].current_tid() == lane);
+    candidates.retain(|&i| index.events[i as usize].current_tid() == lane);
     let mut moving = Vec::new();
     let mut prev_end = Num::Float(0.0);
     for t in sorted_by_ts(index, candidates)? {
@@ -437,12 +438,12 @@ pub fn fix_timestamps(index: &mut TraceIndex, max_adjust_us: f64) -> Fixed {
 
 /// Candidates grouped by lane, lanes in order of first appearance (the order of the
 /// reference's dict of lanes).
-fn by_lane(index: &TraceIndex, candidates: Vec<usize>) -> Vec<Vec<usize>> {
+fn by_lane(index: &TraceIndex, candidates: Vec<u32>) -> Vec<Vec<u32>> {
     let mut rank_of: HashMap<KeyId, usize> = HashMap::default();
-    let mut lanes: Vec<Vec<usize>> = Vec::new();
+    let mut lanes: Vec<Vec<u32>> = Vec::new();
     for i in candidates {
         let next = lanes.len();
-        let rank = *rank_of.entry(index.events[i].current_tid()).or_insert(next);
+        let rank = *rank_of.entry(index.events[i as usize].current_tid()).or_insert(next);
         if rank == next {
             lanes.push(Vec::new());
         }
