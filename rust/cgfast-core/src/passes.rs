@@ -6,7 +6,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use crate::annotations::Resolved;
 use crate::key::{Key, KeyId, Num, Spelling};
-use crate::trace::{Cat, Field, Kept, Node, NodeId, Ph, TraceIndex, NONE};
+use crate::trace::{Cat, Field, Kept, Node, NodeId, Ph, TraceIndex, Tracked, NONE};
 
 /// Which flow-finish events follow a graphed event when it changes lanes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,43 +55,61 @@ pub struct Annotated {
     pub named_lanes: Vec<(KeyId, Spelling)>,
 }
 
+/// Flows by a hash of their (tid, ts): the first flow, then a chain through the others
+/// (which may include other places that hash alike: lookups check). The reference
+/// indexes a `ts` that is not a number too (the dict API keeps its key).
+struct FlowsByPlace {
+    first_at: HashMap<u64, u32>,
+    next_at: Vec<u32>,
+}
+
+type Place = (KeyId, Key);
+
+fn place_of(index: &TraceIndex, tid: KeyId, kept: Kept) -> Option<Place> {
+    index.ts_key(kept).map(|ts| (tid, ts))
+}
+
+fn place_hash(place: &Place) -> u64 {
+    use std::hash::BuildHasher;
+    rustc_hash::FxBuildHasher.hash_one(place)
+}
+
+impl FlowsByPlace {
+    fn new(index: &TraceIndex) -> FlowsByPlace {
+        let mut first_at: HashMap<u64, u32> = HashMap::with_capacity_and_hasher(index.flows.len(), Default::default());
+        let mut next_at: Vec<u32> = vec![NONE; index.flows.len()];
+        for i in (0..index.flows.len()).rev() {
+            if let Some(place) = place_of(index, index.flows[i].tid, Kept::Flow(i)) {
+                if let Some(prev) = first_at.insert(place_hash(&place), i as u32) {
+                    next_at[i] = prev;
+                }
+            }
+        }
+        FlowsByPlace { first_at, next_at }
+    }
+
+    /// The flows at `place`.
+    fn at<'a>(&'a self, index: &'a TraceIndex, place: Place, first: u32) -> impl Iterator<Item = usize> + 'a {
+        std::iter::successors(Some(first as usize), |&f| Some(self.next_at[f] as usize).filter(|&next| next != NONE as usize))
+            .filter(move |&f| index.flows[f].tid == place.0 && index.ts_key(Kept::Flow(f)) == Some(place.1))
+    }
+}
+
 /// `annotate_trace`: annotate and re-lane graphed events, drop replicated noise, tidy
 /// the lane metadata.
 pub fn annotate(index: &mut TraceIndex, annotations: &impl Lookup, default_stream: i64, link: FlowLink) -> Annotated {
-    // Flows by a hash of their (tid, ts): the first flow, then a chain through the others
-    // (which may include other places that hash alike: lookups check). The reference
-    // indexes a `ts` that is not a number too (the dict API keeps its key).
-    let place_of = |index: &TraceIndex, tid: KeyId, kept: Kept| -> Option<(KeyId, Key)> { index.ts_key(kept).map(|ts| (tid, ts)) };
-    let hash = |place: &(KeyId, Key)| {
-        use std::hash::{BuildHasher, Hash, Hasher};
-        let mut h = rustc_hash::FxBuildHasher.build_hasher();
-        place.hash(&mut h);
-        h.finish()
-    };
-    let mut first_at: HashMap<u64, u32> = HashMap::with_capacity_and_hasher(index.flows.len(), Default::default());
-    let mut next_at: Vec<u32> = vec![NONE; index.flows.len()];
-    for i in (0..index.flows.len()).rev() {
-        if let Some(place) = place_of(index, index.flows[i].tid, Kept::Flow(i)) {
-            if let Some(prev) = first_at.insert(hash(&place), i as u32) {
-                next_at[i] = prev;
-            }
-        }
-    }
-
+    let flows = FlowsByPlace::new(index);
     let mut out = Annotated::default();
     let mut lanes: HashMap<i64, KeyId> = HashMap::default();
+    // Each visited event with the first flow whose place hashes like its place; looked up
+    // here and walked after, so that the lookups' cache misses overlap.
+    let mut visits: Vec<(u32, u32)> = Vec::with_capacity(index.flows.len());
     for i in 0..index.events.len() {
         let e = &index.events[i];
-        // The reference re-lanes annotatable events, whatever their ts and dur, and the
-        // flows at their (tid, ts); cgfast's pipeline passes odd events through, and its
-        // flows also end wherever the last work event at their (pid, tid, ts) ends,
-        // graphed or not.
-        let relane = (link == FlowLink::AtTidTs || !e.odd()) && e.current_node().annotatable();
-        let claims = link == FlowLink::Follow && e.cat.is_work();
+        let (relane, claims) = (relanes(e, link), claims_flows(e, link));
         if !relane && !claims {
             continue;
         }
-        let mut lane = None;
         if relane {
             let mut stream = None;
             if let Node::Id(node) = e.current_node() {
@@ -102,34 +120,20 @@ pub fn annotate(index: &mut TraceIndex, annotations: &impl Lookup, default_strea
                 }
             }
             let stream = stream.unwrap_or(default_stream);
-            lane = Some(*lanes.entry(stream).or_insert_with(|| index.keys.id(Key::Int(stream))));
-        }
-        let (pid, place) = (index.events[i].pid, place_of(index, index.events[i].tid, Kept::Event(i)));
-        if let Some(lane) = lane {
+            let lane = *lanes.entry(stream).or_insert_with(|| index.keys.id(Key::Int(stream)));
             index.events[i].set_lane(lane);
         }
-        let Some(place) = place else { continue };
-        let mut f = first_at.get(&hash(&place)).copied().unwrap_or(NONE);
-        while f != NONE {
-            let here = index.flows[f as usize].tid == place.0 && index.ts_key(Kept::Flow(f as usize)) == Some(place.1);
-            let flow = &mut index.flows[f as usize];
-            if here {
-                if let Some(lane) = lane {
-                    flow.new_tid = lane;
-                }
-                if claims && flow.pid == pid {
-                    flow.follows = i as u32;
-                }
-            }
-            f = next_at[f as usize];
+        if let Some(first) = place_of(index, index.events[i].tid, Kept::Event(i)).and_then(|place| flows.first_at.get(&place_hash(&place))) {
+            visits.push((i as u32, *first));
         }
     }
+    move_flows(index, &flows, visits, link);
 
     let mut work_lanes = LaneSet::new(&index.keys);
     for e in index.events.iter().filter(|e| e.cat.is_work()) {
         work_lanes.insert(e.current_tid());
     }
-    let is_noise_kind = |e: &crate::trace::Tracked| e.cat == Cat::UserAnnotation || (e.cat == Cat::Ac2g && e.ph == Ph::FlowFinish);
+    let is_noise_kind = |e: &Tracked| e.cat == Cat::UserAnnotation || (e.cat == Cat::Ac2g && e.ph == Ph::FlowFinish);
     for e in index.events.iter_mut().filter(|e| is_noise_kind(e)) {
         if !work_lanes.contains(e.current_tid()) {
             e.remove();
@@ -165,6 +169,40 @@ pub fn annotate(index: &mut TraceIndex, annotations: &impl Lookup, default_strea
     }
     out.named_lanes = unnamed_lanes(index, &work_lanes);
     out
+}
+
+// The reference re-lanes annotatable events, whatever their ts and dur, and the flows
+// at their (tid, ts); cgfast's pipeline passes odd events through, and its flows also
+// end wherever the last work event at their (pid, tid, ts) ends, graphed or not.
+fn relanes(e: &Tracked, link: FlowLink) -> bool {
+    (link == FlowLink::AtTidTs || !e.odd()) && e.current_node().annotatable()
+}
+
+fn claims_flows(e: &Tracked, link: FlowLink) -> bool {
+    link == FlowLink::Follow && e.cat.is_work()
+}
+
+/// Flows at the place of each visited event (with the first flow whose place hashes
+/// alike), in order, take its lane where it changed lanes, and follow it where it is
+/// work of their process.
+fn move_flows(index: &mut TraceIndex, flows: &FlowsByPlace, visits: Vec<(u32, u32)>, link: FlowLink) {
+    let mut moves = Vec::new();
+    for (event, first) in visits {
+        let i = event as usize;
+        let e = &index.events[i];
+        let (pid, lane, claims) = (e.pid, relanes(e, link).then(|| e.current_tid()), claims_flows(e, link));
+        let place = place_of(index, e.tid, Kept::Event(i)).expect("visited events have a place");
+        moves.extend(flows.at(index, place, first).map(|f| (f, claims && index.flows[f].pid == pid)));
+        for (f, follows) in moves.drain(..) {
+            let flow = &mut index.flows[f];
+            if let Some(lane) = lane {
+                flow.new_tid = lane;
+            }
+            if follows {
+                flow.follows = event;
+            }
+        }
+    }
 }
 
 /// A set of lanes, by key id.
@@ -236,35 +274,91 @@ pub struct Refused {
 }
 
 /// Graphed work events the lane passes may reorder, by position in `index.events`.
-fn lane_candidates(index: &TraceIndex, kernels_only: bool, odd: OddEvents) -> Vec<usize> {
-    let usable = |e: &crate::trace::Tracked| odd == OddEvents::Refuse || !e.odd();
+fn lane_candidates(index: &TraceIndex, kernels_only: bool, odd: OddEvents) -> Vec<u32> {
+    let usable = |e: &Tracked| odd == OddEvents::Refuse || !e.odd();
     let kind_ok = |cat: Cat| if kernels_only { cat == Cat::Kernel } else { cat.is_work() };
     (0..index.events.len())
         .filter(|&i| {
             let e = &index.events[i];
             kind_ok(e.cat) && usable(e) && !e.removed() && e.current_node().graphed()
         })
+        .map(|i| i as u32)
         .collect()
+}
+
+/// A lane candidate with the fields the lane passes read, gathered in index order so
+/// that walking them in start order does not visit the index at random.
+#[derive(Clone, Copy)]
+struct Timed {
+    ts: u64,
+    dur: u64,
+    event: u32,
+    flags: u8,
+}
+
+const TIMED_TS_INT: u8 = 1;
+const TIMED_DUR_INT: u8 = 2;
+const TIMED_DUR_ODD: u8 = 4;
+
+impl Timed {
+    fn new(event: usize, ts: Num, e: &Tracked) -> Timed {
+        let int_flag = |n: Num, flag: u8| if matches!(n, Num::Int(_)) { flag } else { 0 };
+        let dur = e.dur();
+        let odd = if e.dur_is_odd() { TIMED_DUR_ODD } else { 0 };
+        Timed { ts: num_bits(ts), dur: num_bits(dur), event: event as u32, flags: int_flag(ts, TIMED_TS_INT) | int_flag(dur, TIMED_DUR_INT) | odd }
+    }
+
+    fn ts(&self) -> Num {
+        bits_num(self.ts, self.flags & TIMED_TS_INT != 0)
+    }
+
+    fn event(&self) -> usize {
+        self.event as usize
+    }
+
+    /// `ts + dur` from `start`, refused where `dur` is not a number.
+    fn end_from(&self, start: Num) -> Result<Num, Refused> {
+        if self.flags & TIMED_DUR_ODD != 0 {
+            return Err(Refused { event: self.event(), why: Refusal::DurNotANumber });
+        }
+        Ok(start.add(bits_num(self.dur, self.flags & TIMED_DUR_INT != 0)))
+    }
+}
+
+fn num_bits(n: Num) -> u64 {
+    match n {
+        Num::Int(i) => i as u64,
+        Num::Float(f) => f.to_bits(),
+    }
+}
+
+fn bits_num(bits: u64, int: bool) -> Num {
+    if int {
+        Num::Int(bits as i64)
+    } else {
+        Num::Float(f64::from_bits(bits))
+    }
 }
 
 /// `events` with their start times, sorted stably like Python's `sorted`; refused where
 /// that sort or the first comparison with a number would fail.
-fn sorted_by_ts(index: &TraceIndex, events: Vec<usize>) -> Result<Vec<(Num, usize)>, Refused> {
-    if let Some(&event) = events.iter().find(|&&i| index.events[i].ts_field() == Field::Missing) {
-        return Err(Refused { event, why: Refusal::NoTs });
+fn sorted_by_ts(index: &TraceIndex, events: Vec<u32>) -> Result<Vec<Timed>, Refused> {
+    if let Some(&event) = events.iter().find(|&&i| index.events[i as usize].ts_field() == Field::Missing) {
+        return Err(Refused { event: event as usize, why: Refusal::NoTs });
     }
     let mut timed = Vec::with_capacity(events.len());
-    for i in events {
-        let ts = index.events[i].current_ts().ok_or(Refused { event: i, why: Refusal::TsNotANumber })?;
-        timed.push((ts, i));
+    for i in events.into_iter().map(|i| i as usize) {
+        let e = &index.events[i];
+        let ts = e.current_ts().ok_or(Refused { event: i, why: Refusal::TsNotANumber })?;
+        timed.push(Timed::new(i, ts, e));
     }
-    sort_by_start(&mut timed, |t| t.0, |t| t.1);
+    sort_by_start(&mut timed, Timed::ts, Timed::event);
     Ok(timed)
 }
 
 /// Sort stably by start like Python's `sorted`. Where every start is exact as a float
 /// and none is NaN, (start, position) is a total order that gives the same result, and
-/// an unstable sort by it is faster.
+/// a sort by it as integers is faster.
 pub(crate) fn sort_by_start<T>(items: &mut [T], start: impl Fn(&T) -> Num, position: impl Fn(&T) -> usize) {
     const EXACT: i64 = 1 << 53;
     let plain = |n: Num| match n {
@@ -272,7 +366,13 @@ pub(crate) fn sort_by_start<T>(items: &mut [T], start: impl Fn(&T) -> Num, posit
         Num::Float(f) => !f.is_nan(),
     };
     if items.iter().all(|t| plain(start(t))) {
-        items.sort_unstable_by_key(|t| (float_order(start(t).as_f64()), position(t)));
+        let key = |t: &T| float_order(start(t).as_f64());
+        if items.is_sorted_by_key(&position) {
+            // stable: ties keep position order; each key is made once
+            items.sort_by_cached_key(key);
+        } else {
+            items.sort_unstable_by_key(|t| (key(t), position(t)));
+        }
     } else {
         items.sort_by(|a, b| start(a).py_cmp(start(b)).unwrap_or(std::cmp::Ordering::Equal));
     }
@@ -288,15 +388,6 @@ fn float_order(f: f64) -> u64 {
     }
 }
 
-/// `ts + dur`, refused where `dur` is not a number.
-fn end_of(index: &TraceIndex, event: usize, start: Num) -> Result<Num, Refused> {
-    let e = &index.events[event];
-    if e.dur_is_odd() {
-        return Err(Refused { event, why: Refusal::DurNotANumber });
-    }
-    Ok(start.add(e.dur()))
-}
-
 /// `_move_overlapping_to_stream` on the events the pipeline can order.
 pub fn move_overlapping(index: &mut TraceIndex, default_stream: i64, overlap_stream: i64) -> u64 {
     // skipped odd events leave nothing to refuse
@@ -308,14 +399,14 @@ pub fn move_overlapping(index: &mut TraceIndex, default_stream: i64, overlap_str
 pub fn move_overlapping_or_refuse(index: &mut TraceIndex, default_stream: i64, overlap_stream: i64, odd: OddEvents) -> Result<u64, Refused> {
     let Some(lane) = index.keys.find(Key::Int(default_stream)) else { return Ok(0) };
     let mut candidates = lane_candidates(index, true, odd);
-    candidates.retain(|&i| index.events[i].current_tid() == lane);
+    candidates.retain(|&i| index.events[i as usize].current_tid() == lane);
     let mut moving = Vec::new();
     let mut prev_end = Num::Float(0.0);
-    for (ts, i) in sorted_by_ts(index, candidates)? {
-        if ts.lt(prev_end) {
-            moving.push(i);
+    for t in sorted_by_ts(index, candidates)? {
+        if t.ts().lt(prev_end) {
+            moving.push(t.event());
         } else {
-            prev_end = end_of(index, i, ts)?;
+            prev_end = t.end_from(t.ts())?;
         }
     }
     let overlap_lane = index.keys.id(Key::Int(overlap_stream));
@@ -347,12 +438,12 @@ pub fn fix_timestamps(index: &mut TraceIndex, max_adjust_us: f64) -> Fixed {
 
 /// Candidates grouped by lane, lanes in order of first appearance (the order of the
 /// reference's dict of lanes).
-fn by_lane(index: &TraceIndex, candidates: Vec<usize>) -> Vec<Vec<usize>> {
+fn by_lane(index: &TraceIndex, candidates: Vec<u32>) -> Vec<Vec<u32>> {
     let mut rank_of: HashMap<KeyId, usize> = HashMap::default();
-    let mut lanes: Vec<Vec<usize>> = Vec::new();
+    let mut lanes: Vec<Vec<u32>> = Vec::new();
     for i in candidates {
         let next = lanes.len();
-        let rank = *rank_of.entry(index.events[i].current_tid()).or_insert(next);
+        let rank = *rank_of.entry(index.events[i as usize].current_tid()).or_insert(next);
         if rank == next {
             lanes.push(Vec::new());
         }
@@ -369,7 +460,8 @@ pub fn fix_timestamps_or_refuse(index: &mut TraceIndex, max_adjust_us: f64, odd:
     let mut new_starts = Vec::new();
     for lane in by_lane(index, lane_candidates(index, false, odd)) {
         let mut prev_end = Num::Float(0.0);
-        for (ts, i) in sorted_by_ts(index, lane)? {
+        for t in sorted_by_ts(index, lane)? {
+            let (ts, i) = (t.ts(), t.event());
             let mut start = ts;
             if ts.lt(prev_end) {
                 let overlap = prev_end.sub(ts);
@@ -380,7 +472,7 @@ pub fn fix_timestamps_or_refuse(index: &mut TraceIndex, max_adjust_us: f64, odd:
                     start = prev_end;
                 }
             }
-            prev_end = end_of(index, i, start)?;
+            prev_end = t.end_from(start)?;
         }
     }
     out.fixed = new_starts.len() as u64;
