@@ -6,7 +6,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use crate::annotations::Resolved;
 use crate::key::{Key, KeyId, Num, Spelling};
-use crate::trace::{Cat, Field, Kept, Node, NodeId, Ph, TraceIndex, Tracked, NONE};
+use crate::trace::{pack, unpack, Cat, Field, Kept, Node, NodeId, Ph, TraceIndex, Tracked, NONE};
 
 /// Which flow-finish events follow a graphed event when it changes lanes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -302,14 +302,14 @@ const TIMED_DUR_ODD: u8 = 4;
 
 impl Timed {
     fn new(event: usize, ts: Num, e: &Tracked) -> Timed {
-        let int_flag = |n: Num, flag: u8| if matches!(n, Num::Int(_)) { flag } else { 0 };
-        let dur = e.dur();
-        let odd = if e.dur_is_odd() { TIMED_DUR_ODD } else { 0 };
-        Timed { ts: num_bits(ts), dur: num_bits(dur), event: event as u32, flags: int_flag(ts, TIMED_TS_INT) | int_flag(dur, TIMED_DUR_INT) | odd }
+        let flag = |int: bool, flag: u8| if int { flag } else { 0 };
+        let ((ts, ts_int), (dur, dur_int)) = (pack(ts), pack(e.dur()));
+        let odd = flag(e.dur_is_odd(), TIMED_DUR_ODD);
+        Timed { ts, dur, event: event as u32, flags: flag(ts_int, TIMED_TS_INT) | flag(dur_int, TIMED_DUR_INT) | odd }
     }
 
     fn ts(&self) -> Num {
-        bits_num(self.ts, self.flags & TIMED_TS_INT != 0)
+        unpack(self.ts, self.flags & TIMED_TS_INT != 0)
     }
 
     fn event(&self) -> usize {
@@ -321,22 +321,7 @@ impl Timed {
         if self.flags & TIMED_DUR_ODD != 0 {
             return Err(Refused { event: self.event(), why: Refusal::DurNotANumber });
         }
-        Ok(start.add(bits_num(self.dur, self.flags & TIMED_DUR_INT != 0)))
-    }
-}
-
-fn num_bits(n: Num) -> u64 {
-    match n {
-        Num::Int(i) => i as u64,
-        Num::Float(f) => f.to_bits(),
-    }
-}
-
-fn bits_num(bits: u64, int: bool) -> Num {
-    if int {
-        Num::Int(bits as i64)
-    } else {
-        Num::Float(f64::from_bits(bits))
+        Ok(start.add(unpack(self.dur, self.flags & TIMED_DUR_INT != 0)))
     }
 }
 

@@ -151,14 +151,14 @@ const DUR_NOT_NUMBER: u32 = 1 << 19;
 
 /// A number in 64 bits: an integer's own bits or a float's, `int` telling which, so
 /// that integers of any size keep exact (epoch nanoseconds exceed 2**53).
-fn pack(n: Num) -> (u64, bool) {
+pub(crate) fn pack(n: Num) -> (u64, bool) {
     match n {
         Num::Float(f) => (f.to_bits(), false),
         Num::Int(i) => (i as u64, true),
     }
 }
 
-fn unpack(bits: u64, int: bool) -> Num {
+pub(crate) fn unpack(bits: u64, int: bool) -> Num {
     if int {
         Num::Int(bits as i64)
     } else {
