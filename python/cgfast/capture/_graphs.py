@@ -37,46 +37,44 @@ class GraphKeys:
         self.capture_graph = capture_graph
 
 
-def on_capture_begin(cuda_graph: Any) -> None:
+def _current_capture(when: str) -> Optional[GraphKeys]:
+    """The keys of the graph the current stream captures into; ``None`` without a
+    backend or a capture (a failed driver query is reported, naming ``when``)."""
     try:
-        setattr(cuda_graph, _KEYS_ATTR, None)  # captured; recorded only if stamped below
-        if not state.enabled:
-            return
         backend = state.backend()
-        if backend is None:
-            return
-        stream = backend.streams.capturing_stream()
+        stream = backend.streams.capturing_stream() if backend is not None else None
         capture = backend.graphs.capture_state(stream) if stream is not None else None
         if capture is None:
-            return
-        keys = GraphKeys(backend.ids.graph_id(capture.graph), capture.graph)
+            return None
+        return GraphKeys(backend.ids.graph_id(capture.graph), capture.graph)
     except Exception:
-        state.recorder.report_failure("reading the capture graph at capture begin")
-        return
+        state.recorder.report_failure(f"reading the capture graph at {when}")
+        return None
+
+
+def _record_capture(cuda_graph: Any, keys: GraphKeys) -> None:
     setattr(cuda_graph, _KEYS_ATTR, keys)
-    state.recorder.capture_started(capture.graph)
+    state.recorder.capture_started(keys.capture_graph)
+
+
+def on_capture_begin(cuda_graph: Any) -> None:
+    setattr(cuda_graph, _KEYS_ATTR, None)  # captured; recorded only if stamped below
+    if not state.enabled:
+        return
+    keys = _current_capture("capture begin")
+    if keys is not None:
+        _record_capture(cuda_graph, keys)
 
 
 def take_over_capture(cuda_graph: Any) -> None:
     """Before the end of a capture that was not being recorded (begun before
     ``install()`` or while annotations were off): if scopes recorded nodes of it, record
     it from here on so they are resolved and remapped like any other."""
-    recorder = state.recorder
-    if not recorder.has_pending():
+    if not state.recorder.has_pending():
         return
-    try:
-        backend = state.backend()
-        stream = backend.streams.capturing_stream() if backend is not None else None
-        capture = backend.graphs.capture_state(stream) if stream is not None else None
-        if capture is None:
-            return
-        graph_id = backend.ids.graph_id(capture.graph)
-    except Exception:
-        recorder.report_failure("reading the capture graph at capture end")
-        return
-    if recorder.has_pending(graph_id):
-        setattr(cuda_graph, _KEYS_ATTR, GraphKeys(graph_id, capture.graph))
-        recorder.capture_started(capture.graph)
+    keys = _current_capture("capture end")
+    if keys is not None and state.recorder.has_pending(keys.capture_id):
+        _record_capture(cuda_graph, keys)
 
 
 def on_capture_end(cuda_graph: Any) -> None:
