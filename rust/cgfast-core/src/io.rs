@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use flate2::read::MultiGzDecoder;
+
+use crate::direct_io::{self, DirectFile};
 use flate2::{Compress, Compression, FlushCompress, Status};
 
 pub const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
@@ -270,11 +272,12 @@ pub enum Sink {
 }
 
 impl Sink {
-    pub fn new(file: File, gzip: bool, level: u32) -> Sink {
+    /// `large` plain outputs are written around the page cache (see [`crate::direct_io`]).
+    pub fn new(file: File, gzip: bool, level: u32, large: bool) -> Sink {
         if gzip {
             Sink::Gzip(ParallelGz::new(file, level))
         } else {
-            Sink::Plain(BackgroundWriter::new(file))
+            Sink::Plain(BackgroundWriter::new(DirectFile::new(file, large && direct_io_allowed())))
         }
     }
 
@@ -286,36 +289,40 @@ impl Sink {
     }
 }
 
+/// `CGFAST_DIRECT_IO=0` keeps every write in the page cache.
+fn direct_io_allowed() -> bool {
+    std::env::var_os("CGFAST_DIRECT_IO").is_none_or(|v| v != "0")
+}
+
 const WRITE_BLOCK: usize = 1 << 20;
 
-/// Writes on a thread of its own, so that copying into the page cache overlaps with
-/// building the output; full buffers go one way, empty ones come back.
+/// Writes on a thread of its own, so that writing overlaps with building the output;
+/// full blocks go one way, empty ones come back.
 pub struct BackgroundWriter {
-    pending: Vec<u8>,
-    full: Option<SyncSender<Vec<u8>>>,
-    empty: Receiver<Vec<u8>>,
+    pending: direct_io::Block,
+    full: Option<SyncSender<direct_io::Block>>,
+    empty: Receiver<direct_io::Block>,
     writer: Option<JoinHandle<io::Result<()>>>,
 }
 
 impl BackgroundWriter {
-    fn new(mut file: File) -> BackgroundWriter {
-        let (full_tx, full_rx) = sync_channel::<Vec<u8>>(2);
-        let (empty_tx, empty_rx) = sync_channel::<Vec<u8>>(3);
+    fn new(mut file: DirectFile) -> BackgroundWriter {
+        let (full_tx, full_rx) = sync_channel::<direct_io::Block>(2);
+        let (empty_tx, empty_rx) = sync_channel::<direct_io::Block>(3);
         let writer = std::thread::spawn(move || {
-            for block in full_rx {
-                file.write_all(&block)?;
-                let mut block = block;
+            for mut block in full_rx {
+                file.write_block(&block)?;
                 block.clear();
                 let _ = empty_tx.try_send(block);
             }
             file.flush()
         });
-        BackgroundWriter { pending: Vec::with_capacity(WRITE_BLOCK), full: Some(full_tx), empty: empty_rx, writer: Some(writer) }
+        BackgroundWriter { pending: direct_io::Block::new(WRITE_BLOCK), full: Some(full_tx), empty: empty_rx, writer: Some(writer) }
     }
 
     fn send(&mut self) -> io::Result<()> {
         crate::cancel::check()?;
-        let next = self.empty.try_recv().unwrap_or_else(|_| Vec::with_capacity(WRITE_BLOCK));
+        let next = self.empty.try_recv().unwrap_or_else(|_| direct_io::Block::new(WRITE_BLOCK));
         let block = std::mem::replace(&mut self.pending, next);
         if self.full.as_ref().expect("open").send(block).is_err() {
             return Err(self.writer_error());
@@ -344,9 +351,8 @@ impl BackgroundWriter {
 
 impl Write for BackgroundWriter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = (WRITE_BLOCK - self.pending.len()).min(buf.len());
-        self.pending.extend_from_slice(&buf[..n]);
-        if self.pending.len() == WRITE_BLOCK {
+        let n = self.pending.fill_from(buf);
+        if self.pending.is_full() {
             self.send()?;
         }
         Ok(n)

@@ -3,6 +3,7 @@
 pub mod annotation_file;
 pub mod annotations;
 pub mod cancel;
+pub mod direct_io;
 pub mod edit;
 pub mod events;
 pub mod inputs;
