@@ -225,7 +225,8 @@ impl Key {
         match n {
             Num::Int(i) => Some(Key::Int(i)),
             Num::Float(f) if f.is_nan() => None,
-            Num::Float(f) if f.fract() == 0.0 && f.abs() < 9.2e18 => Some(Key::Int(f as i64)),
+            // `f as i64` truncates without a call into libm (as `fract` makes one)
+            Num::Float(f) if f.abs() < 9.2e18 && (f as i64) as f64 == f => Some(Key::Int(f as i64)),
             Num::Float(f) => Some(Key::Float(f.to_bits())),
         }
     }

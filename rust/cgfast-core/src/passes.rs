@@ -55,11 +55,14 @@ pub struct Annotated {
     pub named_lanes: Vec<(KeyId, Spelling)>,
 }
 
-/// Flows by a hash of their (tid, ts): the first flow, then a chain through the others
-/// (which may include other places that hash alike: lookups check). The reference
-/// indexes a `ts` that is not a number too (the dict API keeps its key).
+/// Flows by their (tid, ts), in a table where places close in time sit close together:
+/// events and flows are walked in file order, which is nearly time order, so the lookups
+/// stay in cache. Each slot holds its first flow, then a chain through the others (which
+/// may include other places that land alike: lookups check). The reference indexes a
+/// `ts` that is not a number too (the dict API keeps its key).
 struct FlowsByPlace {
-    first_at: HashMap<u64, u32>,
+    first_at: Vec<u32>,
+    mask: u64,
     next_at: Vec<u32>,
 }
 
@@ -69,29 +72,52 @@ fn place_of(index: &TraceIndex, tid: KeyId, kept: Kept) -> Option<Place> {
     index.ts_key(kept).map(|ts| (tid, ts))
 }
 
-fn place_hash(place: &Place) -> u64 {
+/// Where a place goes in the table: by its whole microseconds, offset by lane.
+fn place_slot(place: &Place) -> u64 {
     use std::hash::BuildHasher;
-    rustc_hash::FxBuildHasher.hash_one(place)
+    let time = match place.1 {
+        Key::Int(i) => i as u64,
+        Key::Float(bits) => f64::from_bits(bits) as i64 as u64,
+        other => rustc_hash::FxBuildHasher.hash_one(other),
+    };
+    time.wrapping_add((place.0 as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
 }
 
 impl FlowsByPlace {
     fn new(index: &TraceIndex) -> FlowsByPlace {
-        let mut first_at: HashMap<u64, u32> = HashMap::with_capacity_and_hasher(index.flows.len(), Default::default());
+        let slots = (index.flows.len() * 2).next_power_of_two().max(16);
+        let mask = slots as u64 - 1;
+        let mut first_at: Vec<u32> = vec![NONE; slots];
         let mut next_at: Vec<u32> = vec![NONE; index.flows.len()];
         for i in (0..index.flows.len()).rev() {
             if let Some(place) = place_of(index, index.flows[i].tid, Kept::Flow(i)) {
-                if let Some(prev) = first_at.insert(place_hash(&place), i as u32) {
-                    next_at[i] = prev;
-                }
+                let slot = &mut first_at[(place_slot(&place) & mask) as usize];
+                next_at[i] = *slot;
+                *slot = i as u32;
             }
         }
-        FlowsByPlace { first_at, next_at }
+        FlowsByPlace { first_at, mask, next_at }
+    }
+
+    /// The first flow of the chain that holds the flows at `place`.
+    fn first(&self, place: &Place) -> Option<u32> {
+        Some(self.first_at[(place_slot(place) & self.mask) as usize]).filter(|&f| f != NONE)
     }
 
     /// The flows at `place`.
     fn at<'a>(&'a self, index: &'a TraceIndex, place: Place, first: u32) -> impl Iterator<Item = usize> + 'a {
-        std::iter::successors(Some(first as usize), |&f| Some(self.next_at[f] as usize).filter(|&next| next != NONE as usize))
-            .filter(move |&f| index.flows[f].tid == place.0 && index.ts_key(Kept::Flow(f)) == Some(place.1))
+        let mut next = first;
+        std::iter::from_fn(move || {
+            while next != NONE {
+                let f = next as usize;
+                next = self.next_at[f];
+                let flow = &index.flows[f];
+                if flow.tid == place.0 && flow.ts().map_or_else(|| index.ts_key(Kept::Flow(f)), Key::from_num) == Some(place.1) {
+                    return Some(f);
+                }
+            }
+            None
+        })
     }
 }
 
@@ -101,8 +127,8 @@ pub fn annotate(index: &mut TraceIndex, annotations: &impl Lookup, default_strea
     let flows = FlowsByPlace::new(index);
     let mut out = Annotated::default();
     let mut lanes: HashMap<i64, KeyId> = HashMap::default();
-    // Each visited event with the first flow whose place hashes like its place; looked up
-    // here and walked after, so that the lookups' cache misses overlap.
+    // Each visited event with the first flow of its slot; looked up here and walked
+    // after, so that the lookups' cache misses overlap.
     let mut visits: Vec<(u32, u32)> = Vec::with_capacity(index.flows.len());
     for i in 0..index.events.len() {
         let e = &index.events[i];
@@ -123,8 +149,8 @@ pub fn annotate(index: &mut TraceIndex, annotations: &impl Lookup, default_strea
             let lane = *lanes.entry(stream).or_insert_with(|| index.keys.id(Key::Int(stream)));
             index.events[i].set_lane(lane);
         }
-        if let Some(first) = place_of(index, index.events[i].tid, Kept::Event(i)).and_then(|place| flows.first_at.get(&place_hash(&place))) {
-            visits.push((i as u32, *first));
+        if let Some(first) = place_of(index, index.events[i].tid, Kept::Event(i)).and_then(|place| flows.first(&place)) {
+            visits.push((i as u32, first));
         }
     }
     move_flows(index, &flows, visits, link);

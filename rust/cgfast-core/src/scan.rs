@@ -2,6 +2,7 @@
 //! [`TraceIndex`] plus the byte layout that pass two rewrites by.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::io::Window;
 use crate::json::{str_is, text_of, Cursor, Scalar, Scan, ScanError, StrSpan};
@@ -43,6 +44,13 @@ pub struct Layout {
 }
 
 impl Layout {
+    fn reserve(&mut self, events: usize, flows: usize) {
+        self.event_spans.reserve(events.saturating_sub(self.event_spans.len()));
+        self.event_places.reserve(events.saturating_sub(self.event_places.len()));
+        self.flow_spans.reserve(flows.saturating_sub(self.flow_spans.len()));
+        self.flow_places.reserve(flows.saturating_sub(self.flow_places.len()));
+    }
+
     /// Add the layout of the segment after this one.
     fn append(&mut self, next: Layout) {
         self.event_spans.extend(next.event_spans);
@@ -716,10 +724,16 @@ fn guess_boundary(path: &Path, from: u64) -> std::io::Result<Option<(u64, u64)>>
 
 type Scanned = (TraceIndex, Layout);
 
+/// Plain traces are cut into segments of about this size, scanned by whichever thread
+/// is free, so that a slow stretch (or a busy core) does not hold the others up.
+const SEGMENT_BYTES: u64 = 32 << 20;
+const MAX_SEGMENTS: u64 = 128;
+
 fn scan_parallel(path: &Path, write_keys: &WriteKeys, threads: usize, len: u64, progress: &mut dyn FnMut(u64, u64)) -> Result<Option<Scanned>, ScanFailure> {
+    let wanted = (len / SEGMENT_BYTES).clamp(threads as u64, MAX_SEGMENTS);
     let mut cuts: Vec<(u64, u64)> = Vec::new();
-    for k in 1..threads as u64 {
-        if let Some(cut) = guess_boundary(path, len * k / threads as u64)? {
+    for k in 1..wanted {
+        if let Some(cut) = guess_boundary(path, len * k / wanted)? {
             if cuts.last().is_none_or(|last| cut.0 > last.0) {
                 cuts.push(cut);
             }
@@ -728,30 +742,50 @@ fn scan_parallel(path: &Path, write_keys: &WriteKeys, threads: usize, len: u64, 
     if cuts.is_empty() {
         return Ok(None);
     }
-    let done: Vec<std::sync::atomic::AtomicU64> = (0..=cuts.len()).map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
-    let results: Vec<Result<Segment<'_>, ScanFailure>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..=cuts.len())
-            .map(|k| {
-                let (start, state, prev_end) = if k == 0 { (0, State::Start, None) } else { (cuts[k - 1].0, State::Event, Some(cuts[k - 1].1)) };
-                let stop = cuts.get(k).map(|c| c.0);
-                let done = &done[k];
-                scope.spawn(move || {
+    let count = cuts.len() + 1;
+    let done: Vec<AtomicU64> = (0..count).map(|_| AtomicU64::new(0)).collect();
+    let next = AtomicUsize::new(0);
+    let results: Vec<std::sync::Mutex<Option<Result<Segment<'_>, ScanFailure>>>> = (0..count).map(|_| std::sync::Mutex::new(None)).collect();
+    let (finished_tx, finished_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        for _ in 0..threads.min(count) {
+            let finished = finished_tx.clone();
+            let (cuts, done, next, results) = (&cuts, &done, &next, &results);
+            scope.spawn(move || {
+                // Reports when the thread ends, even by a panic.
+                let _finished = Finished(finished);
+                loop {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    if k >= count {
+                        return;
+                    }
+                    let (start, state, prev_end) = if k == 0 { (0, State::Start, None) } else { (cuts[k - 1].0, State::Event, Some(cuts[k - 1].1)) };
+                    let stop = cuts.get(k).map(|c| c.0);
                     let mut segment = Segment::new(write_keys, state, prev_end, stop);
-                    segment.run(path, start, &|d, _| done.store(d, std::sync::atomic::Ordering::Relaxed)).map(|_| segment)
-                })
-            })
-            .collect();
-        while handles.iter().any(|h| !h.is_finished()) {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-            progress(done.iter().map(|d| d.load(std::sync::atomic::Ordering::Relaxed)).sum(), len);
+                    let result = segment.run(path, start, &|d, _| done[k].store(d - start, Ordering::Relaxed)).map(|_| segment);
+                    let failed = result.is_err();
+                    *results[k].lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
+                    if failed {
+                        // A split inside a string fails a segment: the single scan decides.
+                        next.store(count, Ordering::Relaxed);
+                    }
+                }
+            });
         }
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(ScanFailure::Invalid("a scanner thread failed".into(), None)))).collect()
+        drop(finished_tx);
+        let mut running = threads.min(count);
+        while running > 0 {
+            match finished_rx.recv_timeout(std::time::Duration::from_millis(50)) {
+                Ok(()) => running -= 1,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => progress(done.iter().map(|d| d.load(Ordering::Relaxed)).sum(), len),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
     });
-    let mut segments = Vec::with_capacity(results.len());
+    let mut segments = Vec::with_capacity(count);
     for (k, r) in results.into_iter().enumerate() {
-        match r {
-            // A split inside a string can make a segment fail: the single scan decides.
-            Ok(s) if !s.missed_stop && (k == 0 || s.layout.elements > 0) => segments.push(s),
+        match r.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            Some(Ok(s)) if !s.missed_stop && (k == 0 || s.layout.elements > 0) => segments.push(s),
             _ => return Ok(None),
         }
     }
@@ -760,15 +794,33 @@ fn scan_parallel(path: &Path, write_keys: &WriteKeys, threads: usize, len: u64, 
             return Ok(None);
         }
     }
+    Ok(Some(join(segments)))
+}
+
+/// Drops into the channel when its thread ends.
+struct Finished(std::sync::mpsc::Sender<()>);
+
+impl Drop for Finished {
+    fn drop(&mut self) {
+        let _ = self.0.send(());
+    }
+}
+
+/// The segments' indexes and layouts as one, in order.
+fn join(segments: Vec<Segment<'_>>) -> Scanned {
+    let events: usize = segments.iter().map(|s| s.index.events.len()).sum();
+    let flows: usize = segments.iter().map(|s| s.index.flows.len()).sum();
     let mut parts = segments.into_iter();
     let first = parts.next().expect("at least one segment");
     let (mut index, mut layout) = (first.index, first.layout);
+    index.reserve(events, flows);
+    layout.reserve(events, flows);
     for part in parts {
         let offset = layout.elements as u32;
         index.append(part.index, offset);
         layout.append(part.layout);
     }
-    Ok(Some((index, layout)))
+    (index, layout)
 }
 
 #[cfg(test)]

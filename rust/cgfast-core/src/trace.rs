@@ -599,6 +599,12 @@ impl TraceIndex {
 
     /// Add the index of the segment of `traceEvents` after this one, whose first event
     /// is element `ordinal_offset`.
+    /// Room for `events` tracked events and `flows` flows in all.
+    pub fn reserve(&mut self, events: usize, flows: usize) {
+        self.events.reserve(events.saturating_sub(self.events.len()));
+        self.flows.reserve(flows.saturating_sub(self.flows.len()));
+    }
+
     pub fn append(&mut self, next: TraceIndex, ordinal_offset: u32) {
         let keys: Vec<KeyId> = (0..next.keys.count() as KeyId).map(|id| self.keys.import(&next.keys, id)).collect();
         let key = |id: KeyId| if id == NONE { NONE } else { keys[id as usize] };
