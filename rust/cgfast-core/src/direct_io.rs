@@ -1,9 +1,10 @@
-//! Writing large outputs around the page cache. A buffered write of a gigabyte makes the
-//! kernel find a gigabyte of fresh page cache, which costs more than the rest of a run
-//! on machines whose free memory is handed back to a hypervisor (and evicts what other
-//! work had cached). Whole aligned blocks go to the device with `O_DIRECT` instead; the
-//! unaligned tail, and every block on a file system that refuses direct I/O, is written
-//! the ordinary way.
+//! Writing large outputs fast. A buffered write costs what the kernel pays to find page
+//! cache for it: little where memory is warm, but on machines whose free memory goes
+//! back to a hypervisor a fresh gigabyte costs more than the rest of a run. So a large
+//! output starts buffered, in small writes (which take small folios, cheap to find),
+//! and goes to the device with `O_DIRECT` once buffered writing turns out slower than a
+//! device would be. The unaligned tail, and every block on a file system that refuses
+//! direct I/O, is written the ordinary way.
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -70,17 +71,59 @@ impl Block {
     }
 }
 
+/// How the output is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteMode {
+    /// Through the page cache.
+    Buffered,
+    /// Directly to the device.
+    Direct,
+    /// Buffered while that is fast, then directly.
+    Adaptive,
+}
+
+impl WriteMode {
+    /// `CGFAST_DIRECT_IO`: `0` buffered, `1` direct, unset adaptive.
+    pub fn from_env() -> WriteMode {
+        match std::env::var("CGFAST_DIRECT_IO").as_deref() {
+            Ok("0") => WriteMode::Buffered,
+            Ok("1") => WriteMode::Direct,
+            _ => WriteMode::Adaptive,
+        }
+    }
+}
+
+/// Buffered writes go in pieces of this size.
+const BUFFERED_PIECE: usize = 64 << 10;
+/// Buffered writing is judged over this many bytes at a time ...
+const JUDGED_OVER: u64 = 8 << 20;
+/// ... and given up for direct I/O when it takes longer than this per megabyte (a
+/// solid-state device takes well under).
+const SLOWER_THAN_A_DEVICE: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// A file written block by block, directly to the device while it can be.
 pub struct DirectFile {
     file: File,
     direct: bool,
+    adaptive: bool,
+    /// Bytes and time of the buffered writes being judged.
+    judged: (u64, std::time::Duration),
+    judged_over: u64,
+    limit: std::time::Duration,
 }
 
 impl DirectFile {
-    /// Write `file` (positioned at 0) directly when `wanted` and its file system allows.
-    pub fn new(file: File, wanted: bool) -> DirectFile {
-        let direct = wanted && set_direct(&file, true).is_ok();
-        DirectFile { file, direct }
+    /// Write `file` (positioned at 0) in `mode`; direct modes only where its file system allows.
+    pub fn new(file: File, mode: WriteMode) -> DirectFile {
+        let direct = mode == WriteMode::Direct && set_direct(&file, true).is_ok();
+        DirectFile {
+            file,
+            direct,
+            adaptive: mode == WriteMode::Adaptive,
+            judged: (0, std::time::Duration::ZERO),
+            judged_over: JUDGED_OVER,
+            limit: SLOWER_THAN_A_DEVICE,
+        }
     }
 
     pub fn is_direct(&self) -> bool {
@@ -92,8 +135,10 @@ impl DirectFile {
     pub fn write_block(&mut self, block: &Block) -> io::Result<()> {
         let bytes = block.bytes();
         if !self.direct || bytes.len() % ALIGN != 0 {
-            self.buffered()?;
-            return self.file.write_all(bytes);
+            if self.direct {
+                self.buffered()?;
+            }
+            return self.write_buffered(bytes);
         }
         let mut written = 0;
         while written < bytes.len() {
@@ -117,7 +162,29 @@ impl DirectFile {
         self.file.write_all(&bytes[written..])
     }
 
+    fn write_buffered(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let started = std::time::Instant::now();
+        for piece in bytes.chunks(BUFFERED_PIECE) {
+            self.file.write_all(piece)?;
+        }
+        // Judged on whole blocks only, so that the file stays aligned for direct I/O.
+        if self.adaptive && bytes.len() % ALIGN == 0 {
+            self.judged.0 += bytes.len() as u64;
+            self.judged.1 += started.elapsed();
+            if self.judged.0 >= self.judged_over {
+                let megabytes = self.judged.0 as f64 / (1 << 20) as f64;
+                if self.judged.1.as_secs_f64() > self.limit.as_secs_f64() * megabytes {
+                    self.adaptive = false;
+                    self.direct = set_direct(&self.file, true).is_ok();
+                }
+                self.judged = (0, std::time::Duration::ZERO);
+            }
+        }
+        Ok(())
+    }
+
     fn buffered(&mut self) -> io::Result<()> {
+        self.adaptive = false;
         if self.direct {
             set_direct(&self.file, false)?;
             self.direct = false;
@@ -165,9 +232,9 @@ fn set_direct(_file: &File, on: bool) -> io::Result<()> {
 mod tests {
     use super::*;
 
-    fn write_blocks(dir: &std::path::Path, wanted: bool, data: &[u8], block_size: usize) -> (Vec<u8>, bool) {
-        let path = dir.join(format!("out-{wanted}-{block_size}"));
-        let mut out = DirectFile::new(File::create(&path).unwrap(), wanted);
+    fn write_blocks(dir: &std::path::Path, mode: WriteMode, data: &[u8], block_size: usize) -> (Vec<u8>, bool) {
+        let path = dir.join(format!("out-{mode:?}-{block_size}"));
+        let mut out = DirectFile::new(File::create(&path).unwrap(), mode);
         let started_direct = out.is_direct();
         let mut block = Block::new(block_size);
         let mut rest = data;
@@ -188,6 +255,28 @@ mod tests {
     }
 
     #[test]
+    fn slow_buffered_writing_goes_direct_and_keeps_the_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out");
+        let data: Vec<u8> = (0..(40 * ALIGN + 17)).map(|i| (i * 13 % 251) as u8).collect();
+        let mut out = DirectFile::new(File::create(&path).unwrap(), WriteMode::Adaptive);
+        (out.judged_over, out.limit) = (2 * ALIGN as u64, std::time::Duration::ZERO);
+        let mut went_direct = false;
+        for chunk in data.chunks(4 * ALIGN) {
+            let mut block = Block::new(4 * ALIGN);
+            block.fill_from(chunk);
+            out.write_block(&block).unwrap();
+            went_direct |= out.is_direct();
+        }
+        drop(out);
+        assert_eq!(std::fs::read(&path).unwrap(), data);
+        // tmpfs and some other file systems take no direct I/O: then it stays buffered
+        if set_direct(&File::open(&path).unwrap(), true).is_ok() {
+            assert!(went_direct);
+        }
+    }
+
+    #[test]
     fn blocks_are_aligned_and_keep_their_bytes() {
         let mut b = Block::new(3 * ALIGN + 1);
         assert_eq!(b.capacity(), 4 * ALIGN);
@@ -202,13 +291,13 @@ mod tests {
     fn what_is_written_directly_reads_back_the_same() {
         let dir = tempfile::tempdir().unwrap();
         let data: Vec<u8> = (0..(5 * ALIGN * 16 + 1234)).map(|i| (i * 7 % 251) as u8).collect();
-        for wanted in [true, false] {
+        for mode in [WriteMode::Direct, WriteMode::Buffered, WriteMode::Adaptive] {
             for block_size in [ALIGN, 16 * ALIGN] {
-                let (back, _) = write_blocks(dir.path(), wanted, &data, block_size);
-                assert!(back == data, "direct={wanted} block={block_size}");
+                let (back, _) = write_blocks(dir.path(), mode, &data, block_size);
+                assert!(back == data, "{mode:?} block={block_size}");
             }
         }
-        let (back, _) = write_blocks(dir.path(), true, &data[..100], ALIGN);
+        let (back, _) = write_blocks(dir.path(), WriteMode::Direct, &data[..100], ALIGN);
         assert_eq!(back, &data[..100]);
     }
 }

@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 
 use flate2::read::MultiGzDecoder;
 
-use crate::direct_io::{self, DirectFile};
+use crate::direct_io::{self, DirectFile, WriteMode};
 use flate2::{Compress, Compression, FlushCompress, Status};
 
 pub const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
@@ -272,12 +272,13 @@ pub enum Sink {
 }
 
 impl Sink {
-    /// `large` plain outputs are written around the page cache (see [`crate::direct_io`]).
+    /// `large` plain outputs may be written around the page cache (see [`crate::direct_io`]).
     pub fn new(file: File, gzip: bool, level: u32, large: bool) -> Sink {
         if gzip {
             Sink::Gzip(ParallelGz::new(file, level))
         } else {
-            Sink::Plain(BackgroundWriter::new(DirectFile::new(file, large && direct_io_allowed())))
+            let mode = if large { WriteMode::from_env() } else { WriteMode::Buffered };
+            Sink::Plain(BackgroundWriter::new(DirectFile::new(file, mode)))
         }
     }
 
@@ -287,11 +288,6 @@ impl Sink {
             Sink::Gzip(gz) => gz.finish(),
         }
     }
-}
-
-/// `CGFAST_DIRECT_IO=0` keeps every write in the page cache.
-fn direct_io_allowed() -> bool {
-    std::env::var_os("CGFAST_DIRECT_IO").is_none_or(|v| v != "0")
 }
 
 const WRITE_BLOCK: usize = 1 << 20;

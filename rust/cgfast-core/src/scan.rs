@@ -724,13 +724,14 @@ fn guess_boundary(path: &Path, from: u64) -> std::io::Result<Option<(u64, u64)>>
 
 type Scanned = (TraceIndex, Layout);
 
-/// Plain traces are cut into segments of about this size, scanned by whichever thread
-/// is free, so that a slow stretch (or a busy core) does not hold the others up.
-const SEGMENT_BYTES: u64 = 32 << 20;
-const MAX_SEGMENTS: u64 = 128;
+/// Plain traces of this size and more are cut into segments of about this size, scanned
+/// by whichever thread is free, so that a slow stretch (or a busy core) does not hold
+/// the others up; smaller ones into one segment per thread, which takes less memory.
+const SEGMENT_BYTES: u64 = 256 << 20;
+const MAX_SEGMENTS: u64 = 64;
 
 fn scan_parallel(path: &Path, write_keys: &WriteKeys, threads: usize, len: u64, progress: &mut dyn FnMut(u64, u64)) -> Result<Option<Scanned>, ScanFailure> {
-    let wanted = (len / SEGMENT_BYTES).clamp(threads as u64, MAX_SEGMENTS);
+    let wanted = (len / SEGMENT_BYTES).clamp(threads as u64, MAX_SEGMENTS.max(threads as u64));
     let mut cuts: Vec<(u64, u64)> = Vec::new();
     for k in 1..wanted {
         if let Some(cut) = guess_boundary(path, len * k / wanted)? {
