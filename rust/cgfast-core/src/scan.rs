@@ -203,7 +203,7 @@ struct Raw {
     block: Option<Scalar>,
 }
 
-#[inline]
+#[inline(always)]
 fn key_bytes<'b>(buf: &'b [u8], k: StrSpan, scratch: &'b mut String) -> &'b [u8] {
     if !k.escaped {
         return &buf[k.start..k.end];
@@ -213,7 +213,7 @@ fn key_bytes<'b>(buf: &'b [u8], k: StrSpan, scratch: &'b mut String) -> &'b [u8]
 }
 
 /// A scalar and where it is in the window.
-#[inline]
+#[inline(always)]
 fn spanned(c: &mut Cursor<'_>) -> Scan<(Scalar, (usize, usize))> {
     c.peek()?;
     let start = c.pos;
@@ -222,7 +222,7 @@ fn spanned(c: &mut Cursor<'_>) -> Scan<(Scalar, (usize, usize))> {
 }
 
 /// A grid or block value: mostly `[x, y, z]`, read without the general scanner.
-#[inline]
+#[inline(always)]
 fn dims_value(c: &mut Cursor<'_>) -> Scan<Scalar> {
     c.peek()?;
     match c.small_int_array() {
@@ -308,10 +308,12 @@ fn parse_event(c: &mut Cursor<'_>, raw: &mut Raw, write_keys: &WriteKeys) -> Sca
     })
 }
 
+#[inline(always)]
 fn is(buf: &[u8], s: Option<Scalar>, want: &str) -> bool {
     matches!(s, Some(Scalar::Str(span)) if str_is(buf, span, want))
 }
 
+#[inline(always)]
 fn num(buf: &[u8], s: Scalar) -> Option<Num> {
     match s {
         Scalar::Number { start, end } => Num::parse(&buf[start..end]),
@@ -319,6 +321,7 @@ fn num(buf: &[u8], s: Scalar) -> Option<Num> {
     }
 }
 
+#[inline(always)]
 fn key(buf: &[u8], s: Option<Scalar>, keys: &mut Keys) -> Key {
     match s {
         None | Some(Scalar::Null) => Key::None,
@@ -333,6 +336,7 @@ fn key(buf: &[u8], s: Option<Scalar>, keys: &mut Keys) -> Key {
 }
 
 /// A key and how its value was written, where the key does not show it.
+#[inline(always)]
 fn spelled_key(buf: &[u8], s: Option<Scalar>, keys: &mut Keys) -> (Key, Spelling) {
     match s {
         Some(Scalar::Bool(b)) => (Key::Int(b as i64), Spelling::Bool),
@@ -344,6 +348,7 @@ fn spelled_key(buf: &[u8], s: Option<Scalar>, keys: &mut Keys) -> (Key, Spelling
     }
 }
 
+#[inline(always)]
 fn field(buf: &[u8], s: Option<Scalar>) -> Field<Num> {
     match s {
         None => Field::Missing,
@@ -351,6 +356,7 @@ fn field(buf: &[u8], s: Option<Scalar>) -> Field<Num> {
     }
 }
 
+#[inline(always)]
 fn node(buf: &[u8], s: Option<Scalar>) -> Node {
     match s {
         None => Node::Missing,
@@ -370,6 +376,7 @@ fn node(buf: &[u8], s: Option<Scalar>) -> Node {
     }
 }
 
+#[inline(always)]
 fn dims(buf: &[u8], s: Option<Scalar>) -> Option<[u32; 3]> {
     let Some(Scalar::Container { start, end }) = s else { return None };
     let bytes = &buf[start..end];
