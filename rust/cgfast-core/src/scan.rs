@@ -44,6 +44,7 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// Room for `events` tracked events and `flows` flows in all.
     fn reserve(&mut self, events: usize, flows: usize) {
         self.event_spans.reserve(events.saturating_sub(self.event_spans.len()));
         self.event_places.reserve(events.saturating_sub(self.event_places.len()));
@@ -689,7 +690,7 @@ pub fn scan(path: &Path, write_keys: &WriteKeys, progress: &mut dyn FnMut(u64, u
     let threads = crate::io::threads().min(8);
     let len = std::fs::metadata(path)?.len();
     if threads > 1 && len >= PARALLEL_FROM && !crate::io::is_gzip_file(path)? {
-        if let Some(result) = scan_parallel(path, write_keys, threads, len, progress)? {
+        if let Some(result) = scan_parallel(path, write_keys, threads, SEGMENT_BYTES, len, progress)? {
             return Ok(result);
         }
     }
@@ -731,14 +732,15 @@ fn guess_boundary(path: &Path, from: u64) -> std::io::Result<Option<(u64, u64)>>
 
 type Scanned = (TraceIndex, Layout);
 
-/// Plain traces of this size and more are cut into segments of about this size, scanned
-/// by whichever thread is free, so that a slow stretch (or a busy core) does not hold
-/// the others up; smaller ones into one segment per thread, which takes less memory.
+/// Plain traces are cut into segments of about this size (a whole number per thread,
+/// one for smaller traces, which takes less memory), scanned by whichever thread is
+/// free, so that a slow stretch (or a busy core) does not hold the others up.
 const SEGMENT_BYTES: u64 = 256 << 20;
 const MAX_SEGMENTS: u64 = 64;
 
-fn scan_parallel(path: &Path, write_keys: &WriteKeys, threads: usize, len: u64, progress: &mut dyn FnMut(u64, u64)) -> Result<Option<Scanned>, ScanFailure> {
-    let wanted = (len / SEGMENT_BYTES).clamp(threads as u64, MAX_SEGMENTS.max(threads as u64));
+fn scan_parallel(path: &Path, write_keys: &WriteKeys, threads: usize, segment_bytes: u64, len: u64, progress: &mut dyn FnMut(u64, u64)) -> Result<Option<Scanned>, ScanFailure> {
+    let per_thread = (len / segment_bytes / threads as u64).clamp(1, (MAX_SEGMENTS / threads as u64).max(1));
+    let wanted = per_thread * threads as u64;
     let mut cuts: Vec<(u64, u64)> = Vec::new();
     for k in 1..wanted {
         if let Some(cut) = guess_boundary(path, len * k / wanted)? {
@@ -816,18 +818,25 @@ impl Drop for Finished {
 
 /// The segments' indexes and layouts as one, in order.
 fn join(segments: Vec<Segment<'_>>) -> Scanned {
-    let events: usize = segments.iter().map(|s| s.index.events.len()).sum();
-    let flows: usize = segments.iter().map(|s| s.index.flows.len()).sum();
     let mut parts = segments.into_iter();
     let first = parts.next().expect("at least one segment");
     let (mut index, mut layout) = (first.index, first.layout);
-    index.reserve(events, flows);
-    layout.reserve(events, flows);
+    let (mut indexes, mut layouts) = (Vec::new(), Vec::new());
+    let mut offset = layout.elements;
     for part in parts {
-        let offset = layout.elements as u32;
-        index.append(part.index, offset);
-        layout.append(part.layout);
+        indexes.push((part.index, offset as u32));
+        offset += part.layout.elements;
+        layouts.push(part.layout);
     }
+    std::thread::scope(|scope| {
+        scope.spawn(|| index.append_all(indexes));
+        let events: usize = layouts.iter().map(|l| l.event_spans.len()).sum();
+        let flows: usize = layouts.iter().map(|l| l.flow_spans.len()).sum();
+        layout.reserve(layout.event_spans.len() + events, layout.flow_spans.len() + flows);
+        for part in layouts {
+            layout.append(part);
+        }
+    });
     (index, layout)
 }
 
@@ -930,8 +939,8 @@ mod tests {
         let events: Vec<&str> = (0..30_000).map(|i| [kernel, flow, op][i % 3]).collect();
         let dir = tempfile::tempdir().unwrap();
         let (path, len) = trace_file(dir.path(), "t.json", &events);
-        for threads in [2, 3, 7] {
-            let many = scan_parallel(&path, &WriteKeys::default(), threads, len, &mut |_, _| {}).unwrap().expect("every split is a boundary");
+        for (threads, segment_bytes) in [(2, SEGMENT_BYTES), (3, SEGMENT_BYTES), (7, SEGMENT_BYTES), (2, len / 9), (3, 64 << 10)] {
+            let many = scan_parallel(&path, &WriteKeys::default(), threads, segment_bytes, len, &mut |_, _| {}).unwrap().expect("every split is a boundary");
             same(&many, &single(&path));
         }
     }
@@ -945,7 +954,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (path, len) = trace_file(dir.path(), "t.json", &events);
         for threads in [2, 5] {
-            if let Some(many) = scan_parallel(&path, &WriteKeys::default(), threads, len, &mut |_, _| {}).unwrap() {
+            if let Some(many) = scan_parallel(&path, &WriteKeys::default(), threads, len / 7, len, &mut |_, _| {}).unwrap() {
                 same(&many, &single(&path));
             }
         }

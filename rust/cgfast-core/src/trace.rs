@@ -458,6 +458,28 @@ pub struct TraceIndex {
     odd_ts_keys: rustc_hash::FxHashMap<Kept, Key>,
 }
 
+/// How the ids of one appended segment map to those of the index it joins.
+struct Renames {
+    keys: Vec<KeyId>,
+    names: Vec<u32>,
+    shapes: Vec<u32>,
+    offset: u32,
+}
+
+impl Renames {
+    fn key(&self, id: KeyId) -> KeyId {
+        self.id(&self.keys, id)
+    }
+
+    fn id(&self, map: &[u32], id: u32) -> u32 {
+        if id == NONE {
+            NONE
+        } else {
+            map[id as usize]
+        }
+    }
+}
+
 /// What [`TraceIndex::observe`] kept of an event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kept {
@@ -597,45 +619,65 @@ impl TraceIndex {
         Kept::Event(self.events.len() - 1)
     }
 
-    /// Add the index of the segment of `traceEvents` after this one, whose first event
-    /// is element `ordinal_offset`.
     /// Room for `events` tracked events and `flows` flows in all.
     pub fn reserve(&mut self, events: usize, flows: usize) {
         self.events.reserve(events.saturating_sub(self.events.len()));
         self.flows.reserve(flows.saturating_sub(self.flows.len()));
     }
 
+    /// Add the index of the segment of `traceEvents` after this one, whose first event
+    /// is element `ordinal_offset`.
     pub fn append(&mut self, next: TraceIndex, ordinal_offset: u32) {
-        let keys: Vec<KeyId> = (0..next.keys.count() as KeyId).map(|id| self.keys.import(&next.keys, id)).collect();
-        let key = |id: KeyId| if id == NONE { NONE } else { keys[id as usize] };
-        let names: Vec<u32> = (0..next.names.len() as u32).map(|id| self.names.intern(next.names.get(id))).collect();
-        let shapes: Vec<u32> = next.shapes.iter().map(|gb| self.shape_id(*gb)).collect();
-        self.events.reserve(next.events.len());
-        for mut e in next.events {
-            e.ordinal += ordinal_offset;
-            e.pid = key(e.pid);
-            e.tid = key(e.tid);
-            e.args_stream = key(e.args_stream);
-            e.new_tid = key(e.new_tid);
-            e.name = if e.name == NONE { NONE } else { names[e.name as usize] };
-            e.shape = if e.shape == NONE { NONE } else { shapes[e.shape as usize] };
-            self.events.push(e);
-        }
-        self.flows.reserve(next.flows.len());
-        for mut f in next.flows {
-            f.ordinal += ordinal_offset;
-            f.pid = key(f.pid);
-            f.tid = key(f.tid);
-            f.new_tid = key(f.new_tid);
-            self.flows.push(f);
-        }
-        for (id, used) in next.untracked_lanes.iter().enumerate() {
-            if *used {
-                self.use_lane(keys[id]);
+        self.append_all(vec![(next, ordinal_offset)]);
+    }
+
+    /// Add the indexes of the segments after this one, in order, each with the element
+    /// number of its first event. Events and flows are copied on two threads.
+    pub fn append_all(&mut self, parts: Vec<(TraceIndex, u32)>) {
+        let mut renames = Vec::with_capacity(parts.len());
+        let (mut events, mut flows) = (Vec::with_capacity(parts.len()), Vec::with_capacity(parts.len()));
+        for (mut next, offset) in parts {
+            let keys: Vec<KeyId> = (0..next.keys.count() as KeyId).map(|id| self.keys.import(&next.keys, id)).collect();
+            let names: Vec<u32> = (0..next.names.len() as u32).map(|id| self.names.intern(next.names.get(id))).collect();
+            let shapes: Vec<u32> = next.shapes.iter().map(|gb| self.shape_id(*gb)).collect();
+            for (id, used) in next.untracked_lanes.iter().enumerate() {
+                if *used {
+                    self.use_lane(keys[id]);
+                }
             }
+            self.graph_launches.extend(std::mem::take(&mut next.graph_launches));
+            self.event_count += next.event_count;
+            events.push(std::mem::take(&mut next.events));
+            flows.push(std::mem::take(&mut next.flows));
+            renames.push(Renames { keys, names, shapes, offset });
         }
-        self.graph_launches.extend(next.graph_launches);
-        self.event_count += next.event_count;
+        self.reserve(self.events.len() + events.iter().map(Vec::len).sum::<usize>(), self.flows.len() + flows.iter().map(Vec::len).sum::<usize>());
+        let (all_events, all_flows, renames) = (&mut self.events, &mut self.flows, &renames);
+        std::thread::scope(|scope| {
+            scope.spawn(move || {
+                for (part, r) in events.into_iter().zip(renames) {
+                    all_events.extend(part.into_iter().map(|mut e| {
+                        e.ordinal += r.offset;
+                        e.pid = r.key(e.pid);
+                        e.tid = r.key(e.tid);
+                        e.args_stream = r.key(e.args_stream);
+                        e.new_tid = r.key(e.new_tid);
+                        e.name = r.id(&r.names, e.name);
+                        e.shape = r.id(&r.shapes, e.shape);
+                        e
+                    }));
+                }
+            });
+            for (part, r) in flows.into_iter().zip(renames) {
+                all_flows.extend(part.into_iter().map(|mut f| {
+                    f.ordinal += r.offset;
+                    f.pid = r.key(f.pid);
+                    f.tid = r.key(f.tid);
+                    f.new_tid = r.key(f.new_tid);
+                    f
+                }));
+            }
+        });
     }
 
     fn shape_id(&mut self, gb: [u32; 6]) -> u32 {
