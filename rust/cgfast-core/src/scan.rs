@@ -93,27 +93,38 @@ enum State {
 /// recorded here.
 #[derive(Default, Debug)]
 pub struct WriteKeys {
-    lengths: u64,
-    keys: rustc_hash::FxHashSet<Vec<u8>>,
+    /// The keys by length (up to `SHORT`), compared byte by byte: fewer and cheaper than
+    /// hashing every key of every event.
+    by_length: Vec<Vec<Vec<u8>>>,
+    long: rustc_hash::FxHashSet<Vec<u8>>,
 }
+
+const SHORT: usize = 64;
 
 impl WriteKeys {
     pub fn new<'a>(keys: impl IntoIterator<Item = &'a str>) -> WriteKeys {
-        let mut w = WriteKeys::default();
+        let mut w = WriteKeys { by_length: vec![Vec::new(); SHORT], long: Default::default() };
         for k in keys {
             if k == "stream" || k == "graph node id" {
                 continue;
             }
-            w.lengths |= 1u64.checked_shl(k.len() as u32).unwrap_or(0) | if k.len() >= 63 { 1 << 63 } else { 0 };
-            w.keys.insert(k.as_bytes().to_vec());
+            match w.by_length.get_mut(k.len()) {
+                Some(same) if !same.iter().any(|s| s == k.as_bytes()) => same.push(k.as_bytes().to_vec()),
+                Some(_) => {}
+                None => {
+                    w.long.insert(k.as_bytes().to_vec());
+                }
+            }
         }
         w
     }
 
     #[inline]
     fn contains(&self, key: &[u8]) -> bool {
-        let bit = if key.len() >= 63 { 1 << 63 } else { 1u64 << key.len() };
-        self.lengths & bit != 0 && self.keys.contains(key)
+        match self.by_length.get(key.len()) {
+            Some(same) => same.iter().any(|s| s == key),
+            None => !self.long.is_empty() && self.long.contains(key),
+        }
     }
 }
 
