@@ -53,6 +53,32 @@ def test_both_forms_write_the_same(tk, gen, tmp_path):
     assert a.stderr == b.stderr == c.stderr == ""
 
 
+def test_output_to_a_device_or_pipe_is_written_in_place(tk, gen, tmp_path):
+    """`-o /dev/null` (or a named pipe) writes to it: renaming a finished temporary over it,
+    as for a file, would replace the device with a file (and root may do that)."""
+    import stat
+
+    trace, ann = fresh(gen, tmp_path)
+    proc = tk.run_cli(trace, "-a", ann, "-o", "/dev/null")
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode), "/dev/null is still the device"
+    assert not [p for p in os.listdir("/dev") if p.endswith(".partial")]
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received = tmp_path / "received.json"
+    with open(received, "wb") as sink:
+        reader = subprocess.Popen(["cat", str(fifo)], stdout=sink)
+        proc = tk.run_cli(trace, "-a", ann, "-o", fifo)
+        reader.wait(timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = received.read_bytes()
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    expected = tmp_path / "expected.json"
+    assert tk.run_cli(trace, "-a", ann, "-o", expected).returncode == 0
+    assert out == expected.read_bytes()
+
+
 def test_summary_on_stdout(ref, tk, gen, tmp_path):
     trace, ann = fresh(gen, tmp_path)
     proc = tk.run_cli(trace, "-a", ann, "-o", tmp_path / "o.json")

@@ -219,9 +219,12 @@ pub fn read_all(path: &Path) -> io::Result<Vec<u8>> {
 }
 
 /// A file that appears at its path only when [`AtomicFile::commit`] succeeds; until
-/// then it is a hidden temporary beside the target, removed if the run fails.
+/// then it is a hidden temporary beside the target, removed if the run fails. A target
+/// that exists and is no regular file (`/dev/null`, a named pipe) is written in place:
+/// renaming over it would replace the device or pipe with a file.
 pub struct AtomicFile {
     temp: Option<tempfile::NamedTempFile>,
+    special: Option<File>,
     target: PathBuf,
 }
 
@@ -232,6 +235,10 @@ impl AtomicFile {
         let existing = std::fs::metadata(target).ok();
         if existing.as_ref().is_some_and(|m| m.is_dir()) {
             return Err(io::Error::new(io::ErrorKind::IsADirectory, "is a directory"));
+        }
+        if existing.as_ref().is_some_and(|m| !m.is_file()) {
+            let special = std::fs::OpenOptions::new().write(true).open(target)?;
+            return Ok(AtomicFile { temp: None, special: Some(special), target: target.to_path_buf() });
         }
         let dir = match target.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -251,17 +258,55 @@ impl AtomicFile {
         if let Some(meta) = existing {
             temp.as_file().set_permissions(meta.permissions())?;
         }
-        Ok(AtomicFile { temp: Some(temp), target: target.to_path_buf() })
+        Ok(AtomicFile { temp: Some(temp), special: None, target: target.to_path_buf() })
     }
 
     pub fn file(&self) -> &File {
-        self.temp.as_ref().expect("not committed").as_file()
+        match (&self.temp, &self.special) {
+            (Some(temp), _) => temp.as_file(),
+            (None, Some(special)) => special,
+            (None, None) => unreachable!("not committed"),
+        }
+    }
+
+    /// Whether the output is a regular file (written beside it, then renamed).
+    pub fn is_regular(&self) -> bool {
+        self.special.is_none()
     }
 
     pub fn commit(mut self) -> io::Result<()> {
-        let temp = self.temp.take().expect("committed once");
-        temp.persist(&self.target).map_err(|e| e.error)?;
+        if let Some(temp) = self.temp.take() {
+            temp.persist(&self.target).map_err(|e| e.error)?;
+        }
         Ok(())
+    }
+}
+
+#[cfg(all(test, unix))]
+mod atomic_file_tests {
+    use super::*;
+
+    #[test]
+    fn a_device_is_written_in_place_not_replaced() {
+        use std::os::unix::fs::FileTypeExt;
+        let null = Path::new("/dev/null");
+        let out = AtomicFile::create(null).unwrap();
+        assert!(!out.is_regular());
+        out.file().write_all(b"{}").unwrap();
+        out.commit().unwrap();
+        assert!(std::fs::metadata(null).unwrap().file_type().is_char_device(), "/dev/null is still the device");
+    }
+
+    #[test]
+    fn a_regular_file_appears_only_on_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("out.json");
+        let out = AtomicFile::create(&target).unwrap();
+        assert!(out.is_regular());
+        out.file().write_all(b"{}").unwrap();
+        assert!(!target.exists());
+        out.commit().unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"{}");
     }
 }
 

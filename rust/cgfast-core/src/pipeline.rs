@@ -179,7 +179,7 @@ pub fn annotate_file(
     };
 
     let sink_file = out_file.file().try_clone().map_err(|e| fail(format!("{}: {e}", output.display())))?;
-    let mut sink = Sink::new(sink_file, is_gzip_path(output), options.gzip_level, layout.total_len >= DIRECT_FROM);
+    let mut sink = Sink::new(sink_file, is_gzip_path(output), options.gzip_level, out_file.is_regular() && layout.total_len >= DIRECT_FROM);
     let mut edit = |id: usize, original: &[u8], out: &mut Vec<u8>| rewriting.edit(id, original, out);
     rewrite::rewrite(input, &layout, changes(&index, &layout), &mut edit, &appended, &mut sink, &mut |done, total| progress(Phase::Writing, done, total))
         .and_then(|_| sink.finish())
