@@ -105,23 +105,3 @@ mod tests {
         assert!(map(&Vec::<u32>::new(), 0, |_, &x| x, &mut |_, _| {}, &mut || {}).is_empty());
     }
 }
-
-/// `work(range)` over `0..n` cut into one range per thread (`CGFAST_THREADS`, else one
-/// per core), the results joined in order; fewer than `alone` items run on the calling
-/// thread.
-pub fn ranges<R: Send>(n: usize, alone: usize, work: impl Fn(std::ops::Range<usize>) -> Vec<R> + Sync) -> Vec<R> {
-    let threads = crate::io::threads().min(n / alone.max(1)).max(1);
-    if threads == 1 {
-        return work(0..n);
-    }
-    let parts: Vec<Vec<R>> = std::thread::scope(|scope| {
-        let work = &work;
-        let handles: Vec<_> = (0..threads).map(|t| scope.spawn(move || work(n * t / threads..n * (t + 1) / threads))).collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
-    });
-    let mut all = Vec::with_capacity(parts.iter().map(Vec::len).sum());
-    for part in parts {
-        all.extend(part);
-    }
-    all
-}

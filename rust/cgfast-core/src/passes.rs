@@ -121,64 +121,36 @@ impl FlowsByPlace {
     }
 }
 
-/// Below this many events a pass runs on one thread.
-const PARALLEL_FROM: usize = 50_000;
-
-/// What an event asks of the annotate pass.
-#[derive(Clone, Copy)]
-enum Ask {
-    /// Nothing: it only claims flows.
-    Nothing,
-    /// The default lane: it has no annotation.
-    Default,
-    /// Its annotation, and the lane that asks for, if any.
-    Annotation(Option<i64>),
-}
-
 /// `annotate_trace`: annotate and re-lane graphed events, drop replicated noise, tidy
 /// the lane metadata.
-pub fn annotate(index: &mut TraceIndex, annotations: &(impl Lookup + Sync), default_stream: i64, link: FlowLink) -> Annotated {
+pub fn annotate(index: &mut TraceIndex, annotations: &impl Lookup, default_stream: i64, link: FlowLink) -> Annotated {
     let flows = FlowsByPlace::new(index);
     let mut out = Annotated::default();
-    // What each event asks for and the first flow of its slot, looked up on all
-    // threads; the lanes are then set in event order (their key ids made as they come).
-    let asked = crate::parallel::ranges(index.events.len(), PARALLEL_FROM, |range| {
-        let index = &*index;
-        range
-            .filter_map(|i| {
-                let e = &index.events[i];
-                let (relane, claims) = (relanes(e, link), claims_flows(e, link));
-                if !relane && !claims {
-                    return None;
-                }
-                let ask = match (relane, e.current_node()) {
-                    (false, _) => Ask::Nothing,
-                    (true, Node::Id(node)) => annotations.stream_of(node).map_or(Ask::Default, Ask::Annotation),
-                    (true, _) => Ask::Default,
-                };
-                let first = place_of(index, e.tid, Kept::Event(i)).and_then(|place| flows.first(&place)).unwrap_or(NONE);
-                Some((i as u32, first, ask))
-            })
-            .collect()
-    });
     let mut lanes: HashMap<i64, KeyId> = HashMap::default();
-    let mut visits: Vec<(u32, u32)> = Vec::with_capacity(asked.len());
-    for (i, first, ask) in asked {
-        let stream = match ask {
-            Ask::Nothing => None,
-            Ask::Default => Some(default_stream),
-            Ask::Annotation(stream) => {
-                out.annotated += 1;
-                index.events[i as usize].set_annotated();
-                Some(stream.unwrap_or(default_stream))
-            }
-        };
-        if let Some(stream) = stream {
-            let lane = *lanes.entry(stream).or_insert_with(|| index.keys.id(Key::Int(stream)));
-            index.events[i as usize].set_lane(lane);
+    // Each visited event with the first flow of its slot; looked up here and walked
+    // after, so that the lookups' cache misses overlap.
+    let mut visits: Vec<(u32, u32)> = Vec::with_capacity(index.flows.len());
+    for i in 0..index.events.len() {
+        let e = &index.events[i];
+        let (relane, claims) = (relanes(e, link), claims_flows(e, link));
+        if !relane && !claims {
+            continue;
         }
-        if first != NONE {
-            visits.push((i, first));
+        if relane {
+            let mut stream = None;
+            if let Node::Id(node) = e.current_node() {
+                if let Some(asked) = annotations.stream_of(node) {
+                    out.annotated += 1;
+                    index.events[i].set_annotated();
+                    stream = asked;
+                }
+            }
+            let stream = stream.unwrap_or(default_stream);
+            let lane = *lanes.entry(stream).or_insert_with(|| index.keys.id(Key::Int(stream)));
+            index.events[i].set_lane(lane);
+        }
+        if let Some(first) = place_of(index, index.events[i].tid, Kept::Event(i)).and_then(|place| flows.first(&place)) {
+            visits.push((i as u32, first));
         }
     }
     move_flows(index, &flows, visits, link);
@@ -240,26 +212,21 @@ fn claims_flows(e: &Tracked, link: FlowLink) -> bool {
 /// alike), in order, take its lane where it changed lanes, and follow it where it is
 /// work of their process.
 fn move_flows(index: &mut TraceIndex, flows: &FlowsByPlace, visits: Vec<(u32, u32)>, link: FlowLink) {
-    // Which flows each visit moves, found on all threads and applied in visit order.
-    let moves = crate::parallel::ranges(visits.len(), PARALLEL_FROM, |range| {
-        let index = &*index;
-        let mut moves = Vec::new();
-        for &(event, first) in &visits[range] {
-            let e = &index.events[event as usize];
-            let (relane, claims) = (relanes(e, link), claims_flows(e, link));
-            let place = place_of(index, e.tid, Kept::Event(event as usize)).expect("visited events have a place");
-            moves.extend(flows.at(index, place, first).map(|f| (f as u32, event, relane, claims && index.flows[f].pid == e.pid)));
-        }
-        moves
-    });
-    for (f, event, relane, follows) in moves {
-        let lane = index.events[event as usize].current_tid();
-        let flow = &mut index.flows[f as usize];
-        if relane {
-            flow.new_tid = lane;
-        }
-        if follows {
-            flow.follows = event;
+    let mut moves = Vec::new();
+    for (event, first) in visits {
+        let i = event as usize;
+        let e = &index.events[i];
+        let (pid, lane, claims) = (e.pid, relanes(e, link).then(|| e.current_tid()), claims_flows(e, link));
+        let place = place_of(index, e.tid, Kept::Event(i)).expect("visited events have a place");
+        moves.extend(flows.at(index, place, first).map(|f| (f, claims && index.flows[f].pid == pid)));
+        for (f, follows) in moves.drain(..) {
+            let flow = &mut index.flows[f];
+            if let Some(lane) = lane {
+                flow.new_tid = lane;
+            }
+            if follows {
+                flow.follows = event;
+            }
         }
     }
 }
