@@ -50,26 +50,6 @@ fn special_byte(buf: &[u8], from: usize) -> Option<usize> {
     found.or_else(|| buf[from..].iter().position(|&b| is_special(b)).map(|k| from + k))
 }
 
-/// The first `"`, `\\` or control character among sixteen bytes.
-#[inline(always)]
-fn first_special_in_16(block: &[u8; 16]) -> Option<usize> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::*;
-        // SAFETY: SSE2 is part of every x86-64 processor; the load reads the 16 bytes of `block`.
-        let mask = unsafe {
-            let v = _mm_loadu_si128(block.as_ptr() as *const __m128i);
-            let control_max = _mm_set1_epi8(0x1f);
-            let control = _mm_cmpeq_epi8(_mm_max_epu8(v, control_max), control_max);
-            let hits = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8)), _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8))), control);
-            _mm_movemask_epi8(hits) as u32
-        };
-        (mask != 0).then(|| mask.trailing_zeros() as usize)
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    block.iter().position(|&b| is_special(b))
-}
-
 #[inline]
 fn is_special(b: u8) -> bool {
     b == b'"' || b == b'\\' || b < 0x20
@@ -199,22 +179,15 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// An object's key: a string, mostly short and plain, found sixteen bytes at a time
-    /// without leaving the caller.
+    /// An object's key: a string, mostly short and plain, found without leaving the
+    /// caller.
     #[inline(always)]
     fn key(&mut self) -> Scan<StrSpan> {
         if self.peek()? == b'"' {
             let start = self.pos + 1;
-            let mut at = start;
-            while let Some(block) = self.buf.get(at..at + 16) {
-                if let Some(k) = first_special_in_16(block.try_into().expect("16 bytes")) {
-                    if block[k] == b'"' {
-                        self.pos = at + k + 1;
-                        return Ok(StrSpan { start, end: at + k, escaped: false });
-                    }
-                    break;
-                }
-                at += 16;
+            if let Some(end) = special_byte(self.buf, start).filter(|&at| self.buf[at] == b'"') {
+                self.pos = end + 1;
+                return Ok(StrSpan { start, end, escaped: false });
             }
         }
         self.string()
