@@ -773,17 +773,18 @@ fn scan_parallel(path: &Path, write_keys: &WriteKeys, threads: usize, segment_by
             let finished = finished_tx.clone();
             let (cuts, done, next, results) = (&cuts, &done, &next, &results);
             scope.spawn(move || {
-                // Reports when the thread ends, even by a panic.
-                let _finished = Finished(finished);
                 loop {
                     let k = next.fetch_add(1, Ordering::Relaxed);
                     if k >= count {
-                        return;
+                        break;
                     }
                     let (start, state, prev_end) = if k == 0 { (0, State::Start, None) } else { (cuts[k - 1].0, State::Event, Some(cuts[k - 1].1)) };
                     let stop = cuts.get(k).map(|c| c.0);
-                    let mut segment = Segment::new(write_keys, state, prev_end, stop);
-                    let result = segment.run(path, start, &|d, _| done[k].store(d - start, Ordering::Relaxed)).map(|_| segment);
+                    let scanned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        let mut segment = Segment::new(write_keys, state, prev_end, stop);
+                        segment.run(path, start, &|d, _| done[k].store(d - start, Ordering::Relaxed)).map(|_| segment)
+                    }));
+                    let result = scanned.unwrap_or_else(|_| Err(ScanFailure::Invalid("a scanner thread failed".into(), None)));
                     let failed = result.is_err();
                     *results[k].lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
                     if failed {
@@ -791,6 +792,7 @@ fn scan_parallel(path: &Path, write_keys: &WriteKeys, threads: usize, segment_by
                         next.store(count, Ordering::Relaxed);
                     }
                 }
+                let _ = finished.send(());
             });
         }
         drop(finished_tx);
@@ -816,15 +818,6 @@ fn scan_parallel(path: &Path, write_keys: &WriteKeys, threads: usize, segment_by
         }
     }
     Ok(Some(join(segments)))
-}
-
-/// Drops into the channel when its thread ends.
-struct Finished(std::sync::mpsc::Sender<()>);
-
-impl Drop for Finished {
-    fn drop(&mut self) {
-        let _ = self.0.send(());
-    }
 }
 
 /// The segments' indexes and layouts as one, in order.
