@@ -468,15 +468,15 @@ struct Renames {
 
 impl Renames {
     fn key(&self, id: KeyId) -> KeyId {
-        self.id(&self.keys, id)
+        renamed(&self.keys, id)
     }
+}
 
-    fn id(&self, map: &[u32], id: u32) -> u32 {
-        if id == NONE {
-            NONE
-        } else {
-            map[id as usize]
-        }
+fn renamed(map: &[u32], id: u32) -> u32 {
+    if id == NONE {
+        NONE
+    } else {
+        map[id as usize]
     }
 }
 
@@ -625,14 +625,9 @@ impl TraceIndex {
         self.flows.reserve(flows.saturating_sub(self.flows.len()));
     }
 
-    /// Add the index of the segment of `traceEvents` after this one, whose first event
-    /// is element `ordinal_offset`.
-    pub fn append(&mut self, next: TraceIndex, ordinal_offset: u32) {
-        self.append_all(vec![(next, ordinal_offset)]);
-    }
-
-    /// Add the indexes of the segments after this one, in order, each with the element
-    /// number of its first event. Events and flows are copied on two threads.
+    /// Add the indexes of the segments of `traceEvents` after this one, in order, each
+    /// with the element number of its first event. Events and flows are copied on two
+    /// threads.
     pub fn append_all(&mut self, parts: Vec<(TraceIndex, u32)>) {
         let mut renames = Vec::with_capacity(parts.len());
         let (mut events, mut flows) = (Vec::with_capacity(parts.len()), Vec::with_capacity(parts.len()));
@@ -662,8 +657,8 @@ impl TraceIndex {
                         e.tid = r.key(e.tid);
                         e.args_stream = r.key(e.args_stream);
                         e.new_tid = r.key(e.new_tid);
-                        e.name = r.id(&r.names, e.name);
-                        e.shape = r.id(&r.shapes, e.shape);
+                        e.name = renamed(&r.names, e.name);
+                        e.shape = renamed(&r.shapes, e.shape);
                         e
                     }));
                 }
