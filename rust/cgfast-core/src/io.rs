@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use flate2::read::MultiGzDecoder;
+use flate2::{Compress, Compression, FlushCompress, Status};
 
 use crate::direct_io::{self, DirectFile, WriteMode};
-use flate2::{Compress, Compression, FlushCompress, Status};
 
 pub const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 const CHUNK: usize = 1 << 20;
@@ -223,9 +223,13 @@ pub fn read_all(path: &Path) -> io::Result<Vec<u8>> {
 /// that exists and is no regular file (`/dev/null`, a named pipe) is written in place:
 /// renaming over it would replace the device or pipe with a file.
 pub struct AtomicFile {
-    temp: Option<tempfile::NamedTempFile>,
-    special: Option<File>,
+    output: Output,
     target: PathBuf,
+}
+
+enum Output {
+    Temporary(tempfile::NamedTempFile),
+    InPlace(File),
 }
 
 impl AtomicFile {
@@ -238,7 +242,7 @@ impl AtomicFile {
         }
         if existing.as_ref().is_some_and(|m| !m.is_file()) {
             let special = std::fs::OpenOptions::new().write(true).open(target)?;
-            return Ok(AtomicFile { temp: None, special: Some(special), target: target.to_path_buf() });
+            return Ok(AtomicFile { output: Output::InPlace(special), target: target.to_path_buf() });
         }
         let dir = match target.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -258,24 +262,23 @@ impl AtomicFile {
         if let Some(meta) = existing {
             temp.as_file().set_permissions(meta.permissions())?;
         }
-        Ok(AtomicFile { temp: Some(temp), special: None, target: target.to_path_buf() })
+        Ok(AtomicFile { output: Output::Temporary(temp), target: target.to_path_buf() })
     }
 
     pub fn file(&self) -> &File {
-        match (&self.temp, &self.special) {
-            (Some(temp), _) => temp.as_file(),
-            (None, Some(special)) => special,
-            (None, None) => unreachable!("not committed"),
+        match &self.output {
+            Output::Temporary(temp) => temp.as_file(),
+            Output::InPlace(file) => file,
         }
     }
 
     /// Whether the output is a regular file (written beside it, then renamed).
     pub fn is_regular(&self) -> bool {
-        self.special.is_none()
+        matches!(self.output, Output::Temporary(_))
     }
 
-    pub fn commit(mut self) -> io::Result<()> {
-        if let Some(temp) = self.temp.take() {
+    pub fn commit(self) -> io::Result<()> {
+        if let Output::Temporary(temp) = self.output {
             temp.persist(&self.target).map_err(|e| e.error)?;
         }
         Ok(())
