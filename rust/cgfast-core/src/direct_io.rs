@@ -104,9 +104,9 @@ const SLOWER_THAN_A_DEVICE: std::time::Duration = std::time::Duration::from_mill
 /// A file written block by block, directly to the device while it can be.
 pub struct DirectFile {
     file: File,
-    direct: bool,
-    adaptive: bool,
-    /// Bytes and time of the buffered writes being judged.
+    /// `Direct` only once the file's descriptor has `O_DIRECT` set.
+    mode: WriteMode,
+    /// Bytes and time of the buffered writes being judged (in `Adaptive` mode).
     judged: (u64, std::time::Duration),
     judged_over: u64,
     limit: std::time::Duration,
@@ -115,27 +115,23 @@ pub struct DirectFile {
 impl DirectFile {
     /// Write `file` (positioned at 0) in `mode`; direct modes only where its file system allows.
     pub fn new(file: File, mode: WriteMode) -> DirectFile {
-        let direct = mode == WriteMode::Direct && set_direct(&file, true).is_ok();
-        DirectFile {
-            file,
-            direct,
-            adaptive: mode == WriteMode::Adaptive,
-            judged: (0, std::time::Duration::ZERO),
-            judged_over: JUDGED_OVER,
-            limit: SLOWER_THAN_A_DEVICE,
-        }
+        let mode = match mode {
+            WriteMode::Direct if set_direct(&file, true).is_err() => WriteMode::Buffered,
+            mode => mode,
+        };
+        DirectFile { file, mode, judged: (0, std::time::Duration::ZERO), judged_over: JUDGED_OVER, limit: SLOWER_THAN_A_DEVICE }
     }
 
     pub fn is_direct(&self) -> bool {
-        self.direct
+        self.mode == WriteMode::Direct
     }
 
     /// Write a block: directly if it is a whole number of pages (every block but the
     /// last), else the ordinary way from then on.
     pub fn write_block(&mut self, block: &Block) -> io::Result<()> {
         let bytes = block.bytes();
-        if !self.direct || bytes.len() % ALIGN != 0 {
-            if self.direct {
+        if !self.is_direct() || bytes.len() % ALIGN != 0 {
+            if self.is_direct() {
                 self.buffered()?;
             }
             return self.write_buffered(bytes);
@@ -168,14 +164,13 @@ impl DirectFile {
             self.file.write_all(piece)?;
         }
         // Judged on whole blocks only, so that the file stays aligned for direct I/O.
-        if self.adaptive && bytes.len() % ALIGN == 0 {
+        if self.mode == WriteMode::Adaptive && bytes.len() % ALIGN == 0 {
             self.judged.0 += bytes.len() as u64;
             self.judged.1 += started.elapsed();
             if self.judged.0 >= self.judged_over {
                 let megabytes = self.judged.0 as f64 / (1 << 20) as f64;
                 if self.judged.1.as_secs_f64() > self.limit.as_secs_f64() * megabytes {
-                    self.adaptive = false;
-                    self.direct = set_direct(&self.file, true).is_ok();
+                    self.mode = if set_direct(&self.file, true).is_ok() { WriteMode::Direct } else { WriteMode::Buffered };
                 }
                 self.judged = (0, std::time::Duration::ZERO);
             }
@@ -183,12 +178,12 @@ impl DirectFile {
         Ok(())
     }
 
+    /// Buffered from now on.
     fn buffered(&mut self) -> io::Result<()> {
-        self.adaptive = false;
-        if self.direct {
+        if self.is_direct() {
             set_direct(&self.file, false)?;
-            self.direct = false;
         }
+        self.mode = WriteMode::Buffered;
         Ok(())
     }
 
