@@ -133,7 +133,7 @@ impl FlowsByPlace {
                 let f = next as usize;
                 next = self.next_at[f];
                 let flow = &index.flows[f];
-                if flow.tid == place.0 && flow.ts().map_or_else(|| index.ts_key(Kept::Flow(f)), Key::from_num) == Some(place.1) {
+                if flow.tid == place.0 && index.ts_key(Kept::Flow(f)) == Some(place.1) {
                     return Some(f);
                 }
             }
