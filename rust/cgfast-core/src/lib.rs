@@ -11,6 +11,7 @@ pub mod io;
 pub mod json;
 pub mod json_value;
 pub mod key;
+pub mod lane_plan;
 pub mod parallel;
 pub mod passes;
 pub mod paths;

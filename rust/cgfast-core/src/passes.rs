@@ -145,32 +145,48 @@ impl FlowsByPlace {
 /// `annotate_trace`: annotate and re-lane graphed events, drop replicated noise, tidy
 /// the lane metadata.
 pub fn annotate(index: &mut TraceIndex, annotations: &impl Lookup, default_stream: i64, link: FlowLink) -> Annotated {
-    let flows = FlowsByPlace::new(index);
-    let mut out = Annotated::default();
+    let annotated = relane(index, annotations, default_stream, link);
+    after_relane(index, link, annotated)
+}
+
+/// Step 2 of `annotate_trace` for the events alone: each takes the lane its annotation
+/// asks for, or `default_stream`. How many were annotated.
+pub fn relane(index: &mut TraceIndex, annotations: &impl Lookup, default_stream: i64, link: FlowLink) -> u64 {
+    let mut annotated = 0;
     let mut lanes: HashMap<i64, KeyId> = HashMap::default();
+    for i in 0..index.events.len() {
+        if !relanes(&index.events[i], link) {
+            continue;
+        }
+        let mut stream = None;
+        if let Node::Id(node) = index.events[i].current_node() {
+            if let Some(asked) = annotations.stream_of(node) {
+                annotated += 1;
+                index.events[i].set_annotated();
+                stream = asked;
+            }
+        }
+        let stream = stream.unwrap_or(default_stream);
+        let lane = *lanes.entry(stream).or_insert_with(|| index.keys.id(Key::Int(stream)));
+        index.events[i].set_lane(lane);
+    }
+    annotated
+}
+
+/// The rest of `annotate_trace` once events have their lanes: flows move with them,
+/// noise goes, lanes get names.
+pub fn after_relane(index: &mut TraceIndex, link: FlowLink, annotated: u64) -> Annotated {
+    let flows = FlowsByPlace::new(index);
+    let mut out = Annotated { annotated, ..Annotated::default() };
     // Each visited event with the first flow of its slot; looked up here and walked
     // after, so that the lookups' cache misses overlap.
     let mut visits: Vec<(u32, u32)> = Vec::with_capacity(index.flows.len());
     for i in 0..index.events.len() {
         let e = &index.events[i];
-        let (relane, claims) = (relanes(e, link), claims_flows(e, link));
-        if !relane && !claims {
+        if !relanes(e, link) && !claims_flows(e, link) {
             continue;
         }
-        if relane {
-            let mut stream = None;
-            if let Node::Id(node) = e.current_node() {
-                if let Some(asked) = annotations.stream_of(node) {
-                    out.annotated += 1;
-                    index.events[i].set_annotated();
-                    stream = asked;
-                }
-            }
-            let stream = stream.unwrap_or(default_stream);
-            let lane = *lanes.entry(stream).or_insert_with(|| index.keys.id(Key::Int(stream)));
-            index.events[i].set_lane(lane);
-        }
-        if let Some(first) = place_of(index, index.events[i].tid, Kept::Event(i)).and_then(|place| flows.first(&place)) {
+        if let Some(first) = place_of(index, e.tid, Kept::Event(i)).and_then(|place| flows.first(&place)) {
             visits.push((i as u32, first));
         }
     }
@@ -320,15 +336,17 @@ pub struct Refused {
     pub why: Refusal,
 }
 
+/// Whether the lane passes may reorder an event: graphed work (or a graphed kernel).
+pub(crate) fn is_lane_candidate(e: &Tracked, kernels_only: bool, odd: OddEvents) -> bool {
+    let usable = odd == OddEvents::Refuse || !e.odd();
+    let kind_ok = if kernels_only { e.cat == Cat::Kernel } else { e.cat.is_work() };
+    kind_ok && usable && !e.removed() && e.current_node().graphed()
+}
+
 /// Graphed work events the lane passes may reorder, by position in `index.events`.
 fn lane_candidates(index: &TraceIndex, kernels_only: bool, odd: OddEvents) -> Vec<u32> {
-    let usable = |e: &Tracked| odd == OddEvents::Refuse || !e.odd();
-    let kind_ok = |cat: Cat| if kernels_only { cat == Cat::Kernel } else { cat.is_work() };
     (0..index.events.len())
-        .filter(|&i| {
-            let e = &index.events[i];
-            kind_ok(e.cat) && usable(e) && !e.removed() && e.current_node().graphed()
-        })
+        .filter(|&i| is_lane_candidate(&index.events[i], kernels_only, odd))
         .map(|i| i as u32)
         .collect()
 }
@@ -336,27 +354,35 @@ fn lane_candidates(index: &TraceIndex, kernels_only: bool, odd: OddEvents) -> Ve
 /// A lane candidate with the fields the lane passes read, gathered in index order so
 /// that walking them in start order does not visit the index at random.
 #[derive(Clone, Copy)]
-struct Timed {
+pub(crate) struct Timed {
     ts: u64,
     dur: u64,
-    event: u32,
+    pub event: u32,
+    /// The lane, where the caller keeps its own table of lanes (`lane_plan`).
+    pub lane: u16,
     flags: u8,
 }
 
 const TIMED_TS_INT: u8 = 1;
 const TIMED_DUR_INT: u8 = 2;
 const TIMED_DUR_ODD: u8 = 4;
+const TIMED_KERNEL: u8 = 8;
 
 impl Timed {
-    fn new(event: usize, ts: Num, e: &Tracked) -> Timed {
+    pub fn new(event: usize, ts: Num, e: &Tracked) -> Timed {
         let flag = |int: bool, flag: u8| if int { flag } else { 0 };
         let ((ts, ts_int), (dur, dur_int)) = (pack(ts), pack(e.dur()));
         let odd = flag(e.dur_is_odd(), TIMED_DUR_ODD);
-        Timed { ts, dur, event: event as u32, flags: flag(ts_int, TIMED_TS_INT) | flag(dur_int, TIMED_DUR_INT) | odd }
+        let kernel = flag(e.cat == Cat::Kernel, TIMED_KERNEL);
+        Timed { ts, dur, event: event as u32, lane: 0, flags: flag(ts_int, TIMED_TS_INT) | flag(dur_int, TIMED_DUR_INT) | odd | kernel }
     }
 
-    fn ts(&self) -> Num {
+    pub fn ts(&self) -> Num {
         unpack(self.ts, self.flags & TIMED_TS_INT != 0)
+    }
+
+    pub fn is_kernel(&self) -> bool {
+        self.flags & TIMED_KERNEL != 0
     }
 
     fn event(&self) -> usize {
@@ -364,7 +390,7 @@ impl Timed {
     }
 
     /// `ts + dur` from `start`, refused where `dur` is not a number.
-    fn end_from(&self, start: Num) -> Result<Num, Refused> {
+    pub fn end_from(&self, start: Num) -> Result<Num, Refused> {
         if self.flags & TIMED_DUR_ODD != 0 {
             return Err(Refused { event: self.event(), why: Refusal::DurNotANumber });
         }
@@ -392,12 +418,7 @@ fn sorted_by_ts(index: &TraceIndex, events: Vec<u32>) -> Result<Vec<Timed>, Refu
 /// and none is NaN, (start, position) is a total order that gives the same result, and
 /// a sort by it as integers is faster.
 pub(crate) fn sort_by_start<T>(items: &mut [T], start: impl Fn(&T) -> Num, position: impl Fn(&T) -> usize) {
-    const EXACT: i64 = 1 << 53;
-    let plain = |n: Num| match n {
-        Num::Int(i) => (-EXACT..=EXACT).contains(&i),
-        Num::Float(f) => !f.is_nan(),
-    };
-    if items.iter().all(|t| plain(start(t))) {
+    if items.iter().all(|t| is_plain_start(start(t))) {
         let key = |t: &T| float_order(start(t).as_f64());
         if items.is_sorted_by_key(&position) {
             // stable: ties keep position order; each key is made once
@@ -410,8 +431,18 @@ pub(crate) fn sort_by_start<T>(items: &mut [T], start: impl Fn(&T) -> Num, posit
     }
 }
 
+/// Whether a start is exact as a float and not NaN: starts that are all plain sort by
+/// [`float_order`] as Python sorts them.
+pub(crate) fn is_plain_start(n: Num) -> bool {
+    const EXACT: i64 = 1 << 53;
+    match n {
+        Num::Int(i) => (-EXACT..=EXACT).contains(&i),
+        Num::Float(f) => !f.is_nan(),
+    }
+}
+
 /// A float that is not NaN as an integer of the same order (`-0.0` equal to `0.0`).
-fn float_order(f: f64) -> u64 {
+pub(crate) fn float_order(f: f64) -> u64 {
     let bits = if f == 0.0 { 0 } else { f.to_bits() };
     if bits >> 63 == 1 {
         !bits
@@ -581,13 +612,13 @@ mod flow_table_tests {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::trace::{Field, Observed};
 
-    struct Ev {
+    pub(crate) struct Ev {
         cat: &'static str,
-        ph: &'static str,
+        pub(crate) ph: &'static str,
         tid: i64,
         ts: f64,
         dur: f64,
@@ -596,7 +627,7 @@ mod tests {
         stream_name: bool,
     }
 
-    fn ev(cat: &'static str, tid: i64, ts: f64, dur: f64, node: Option<i64>) -> Ev {
+    pub(crate) fn ev(cat: &'static str, tid: i64, ts: f64, dur: f64, node: Option<i64>) -> Ev {
         Ev { cat, ph: if cat == "ac2g" { "f" } else { "X" }, tid, ts, dur, node, name: None, stream_name: false }
     }
 
@@ -604,7 +635,7 @@ mod tests {
         Ev { cat: "", ph: "M", tid, ts: 0.0, dur: 0.0, node: None, name: Some("thread_name"), stream_name }
     }
 
-    fn index(events: &[Ev]) -> TraceIndex {
+    pub(crate) fn index(events: &[Ev]) -> TraceIndex {
         let mut index = TraceIndex::default();
         for (i, e) in events.iter().enumerate() {
             let observed = Observed {
@@ -633,7 +664,7 @@ mod tests {
         index.events.iter().map(|e| index.keys.key(e.current_tid()).as_int().unwrap()).collect()
     }
 
-    fn annotations(pairs: &[(i64, Option<i64>)]) -> rustc_hash::FxHashMap<NodeId, Resolved> {
+    pub(crate) fn annotations(pairs: &[(i64, Option<i64>)]) -> rustc_hash::FxHashMap<NodeId, Resolved> {
         pairs.iter().map(|&(n, s)| (n as NodeId, Resolved { writes: vec![], stream: s })).collect()
     }
 

@@ -10,6 +10,7 @@ use crate::edit::{self, Editor, EventEdits, Set};
 use crate::io::{is_gzip_path, AtomicFile, Sink};
 use crate::json::quote;
 use crate::key::{KeyId, Num, Spelling};
+use crate::lane_plan::LanePlan;
 use crate::passes::{self, FlowLink, LargeOverlap};
 use crate::recover::{self, Recover, Recovery};
 use crate::rewrite::{self, Action, Change};
@@ -136,10 +137,7 @@ pub fn annotate_file(
         _ => None,
     });
     let resolved = annotations.resolve_used(used).map_err(|e| fail(format!("annotations: {e}")))?;
-    let mut annotated = passes::annotate(&mut index, &resolved, options.default_stream, FlowLink::Follow);
-    mark("annotated");
-    let moved = passes::move_overlapping(&mut index, options.default_stream, options.overlap_stream);
-    let fixed = passes::fix_timestamps(&mut index, options.max_adjust_us);
+    let (mut annotated, moved, fixed) = annotate_and_fix(&mut index, &resolved, options);
     mark("fixed");
     passes::settle(&mut index, &mut annotated);
     mark("settled");
@@ -189,6 +187,28 @@ pub fn annotate_file(
     out_file.commit().map_err(|e| fail(format!("{}: {}", output.display(), describe_io(&e))))?;
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// The three passes. The lane passes decide on a second thread while the annotate pass
+/// moves flows and removes noise (they read only the lanes it gave the events before).
+fn annotate_and_fix(index: &mut TraceIndex, resolved: &HashMap<NodeId, Resolved>, options: &Options) -> (passes::Annotated, u64, passes::Fixed) {
+    let link = FlowLink::Follow;
+    let annotated = passes::relane(index, resolved, options.default_stream, link);
+    let plan = LanePlan::gather(index, options.default_stream, options.overlap_stream, options.max_adjust_us);
+    let (annotated, decided) = if crate::io::threads() > 1 {
+        std::thread::scope(|scope| {
+            let deciding = plan.map(|plan| scope.spawn(move || plan.decide()));
+            let annotated = passes::after_relane(index, link, annotated);
+            (annotated, deciding.and_then(|d| d.join().ok().flatten()))
+        })
+    } else {
+        (passes::after_relane(index, link, annotated), plan.and_then(LanePlan::decide))
+    };
+    let (moved, fixed) = match decided {
+        Some(decisions) => decisions.apply(index, options.default_stream, options.overlap_stream),
+        None => (passes::move_overlapping(index, options.default_stream, options.overlap_stream), passes::fix_timestamps(index, options.max_adjust_us)),
+    };
+    (annotated, moved, fixed)
 }
 
 fn describe_io(e: &std::io::Error) -> String {
