@@ -122,7 +122,7 @@ impl FlowsByPlace {
 
     /// The first flow of the chain that holds the flows at `place`.
     fn first(&self, place: &Place) -> Option<u32> {
-        Some(self.first_at[(place_slot(place, self.by_time) & self.mask) as usize]).filter(|&f| f != NONE)
+        self.first_at.get((place_slot(place, self.by_time) & self.mask) as usize).copied().filter(|&f| f != NONE)
     }
 
     /// The flows at `place`.
@@ -146,7 +146,8 @@ impl FlowsByPlace {
 /// the lane metadata.
 pub fn annotate(index: &mut TraceIndex, annotations: &impl Lookup, default_stream: i64, link: FlowLink) -> Annotated {
     let annotated = relane(index, annotations, default_stream, link);
-    after_relane(index, link, annotated)
+    let visits = FlowVisits::find(index, link);
+    after_relane(index, link, annotated, visits)
 }
 
 /// Step 2 of `annotate_trace` for the events alone: each takes the lane its annotation
@@ -173,24 +174,37 @@ pub fn relane(index: &mut TraceIndex, annotations: &impl Lookup, default_stream:
     annotated
 }
 
+/// The flows at the places of the events that move them: found once the events have
+/// their lanes, moved by [`after_relane`]. Only the table's chains are kept meanwhile.
+pub struct FlowVisits {
+    chains: FlowsByPlace,
+    /// Each visited event with the first flow of its slot; looked up here and walked
+    /// after, so that the lookups' cache misses overlap.
+    visits: Vec<(u32, u32)>,
+}
+
+impl FlowVisits {
+    pub fn find(index: &TraceIndex, link: FlowLink) -> FlowVisits {
+        let mut flows = FlowsByPlace::new(index);
+        let mut visits: Vec<(u32, u32)> = Vec::with_capacity(index.flows.len());
+        for (i, e) in index.events.iter().enumerate() {
+            if !relanes(e, link) && !claims_flows(e, link) {
+                continue;
+            }
+            if let Some(first) = place_of(index, e.tid, Kept::Event(i)).and_then(|place| flows.first(&place)) {
+                visits.push((i as u32, first));
+            }
+        }
+        flows.first_at = Vec::new();
+        FlowVisits { chains: flows, visits }
+    }
+}
+
 /// The rest of `annotate_trace` once events have their lanes: flows move with them,
 /// noise goes, lanes get names.
-pub fn after_relane(index: &mut TraceIndex, link: FlowLink, annotated: u64) -> Annotated {
-    let flows = FlowsByPlace::new(index);
+pub fn after_relane(index: &mut TraceIndex, link: FlowLink, annotated: u64, visits: FlowVisits) -> Annotated {
     let mut out = Annotated { annotated, ..Annotated::default() };
-    // Each visited event with the first flow of its slot; looked up here and walked
-    // after, so that the lookups' cache misses overlap.
-    let mut visits: Vec<(u32, u32)> = Vec::with_capacity(index.flows.len());
-    for i in 0..index.events.len() {
-        let e = &index.events[i];
-        if !relanes(e, link) && !claims_flows(e, link) {
-            continue;
-        }
-        if let Some(first) = place_of(index, e.tid, Kept::Event(i)).and_then(|place| flows.first(&place)) {
-            visits.push((i as u32, first));
-        }
-    }
-    move_flows(index, &flows, visits, link);
+    move_flows(index, &visits.chains, visits.visits, link);
 
     let mut work_lanes = LaneSet::new(&index.keys);
     for e in index.events.iter().filter(|e| e.cat.is_work()) {

@@ -190,19 +190,21 @@ pub fn annotate_file(
 }
 
 /// The three passes. The lane passes decide on a second thread while the annotate pass
-/// moves flows and removes noise (they read only the lanes it gave the events before).
+/// moves flows and removes noise (they read only the lanes it gave the events before;
+/// the flows' table is gone by then, which keeps the two within the memory of one).
 fn annotate_and_fix(index: &mut TraceIndex, resolved: &HashMap<NodeId, Resolved>, options: &Options) -> (passes::Annotated, u64, passes::Fixed) {
     let link = FlowLink::Follow;
     let annotated = passes::relane(index, resolved, options.default_stream, link);
+    let visits = passes::FlowVisits::find(index, link);
     let plan = LanePlan::gather(index, options.default_stream, options.overlap_stream, options.max_adjust_us);
     let (annotated, decided) = if crate::io::threads() > 1 {
         std::thread::scope(|scope| {
             let deciding = plan.map(|plan| scope.spawn(move || plan.decide()));
-            let annotated = passes::after_relane(index, link, annotated);
+            let annotated = passes::after_relane(index, link, annotated, visits);
             (annotated, deciding.and_then(|d| d.join().ok().flatten()))
         })
     } else {
-        (passes::after_relane(index, link, annotated), plan.and_then(LanePlan::decide))
+        (passes::after_relane(index, link, annotated, visits), plan.and_then(LanePlan::decide))
     };
     let (moved, fixed) = match decided {
         Some(decisions) => decisions.apply(index, options.default_stream, options.overlap_stream),
