@@ -746,7 +746,7 @@ type Scanned = (TraceIndex, Layout);
 /// Plain traces are cut into segments of about this size (a whole number per thread,
 /// one for smaller traces, which takes less memory), scanned by whichever thread is
 /// free, so that a slow stretch (or a busy core) does not hold the others up.
-const SEGMENT_BYTES: u64 = 256 << 20;
+const SEGMENT_BYTES: u64 = 128 << 20;
 const MAX_SEGMENTS: u64 = 64;
 
 fn scan_parallel(path: &Path, write_keys: &WriteKeys, threads: usize, segment_bytes: u64, len: u64, progress: &mut dyn FnMut(u64, u64)) -> Result<Option<Scanned>, ScanFailure> {
