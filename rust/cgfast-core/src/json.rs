@@ -47,7 +47,10 @@ fn special_byte(buf: &[u8], from: usize) -> Option<usize> {
     let (from, found) = special_byte_sse2(buf, from);
     #[cfg(not(target_arch = "x86_64"))]
     let (from, found) = special_byte_words(buf, from);
-    found.or_else(|| buf[from..].iter().position(|&b| is_special(b)).map(|k| from + k))
+    match found {
+        Some(at) => Some(at),
+        None => buf[from..].iter().position(|&b| is_special(b)).map(|k| from + k),
+    }
 }
 
 #[inline]
@@ -126,7 +129,8 @@ impl<'a> Cursor<'a> {
     #[inline]
     pub fn peek(&mut self) -> Scan<u8> {
         while let Some(&b) = self.buf.get(self.pos) {
-            if !is_ws(b) {
+            // white space is at most b' ': one comparison for the common case
+            if b > b' ' || !is_ws(b) {
                 return Ok(b);
             }
             self.pos += 1;
@@ -591,6 +595,14 @@ mod tests {
         let long = format!("\"{}\x1f\"", "x".repeat(200));
         assert!(matches!(skip(&long), Err(ScanError::Syntax { at: 201, .. })));
         assert_eq!(skip("\"tab\\t ok\""), Ok(10));
+    }
+
+    #[test]
+    fn numbers_cut_by_the_window_are_incomplete() {
+        for text in ["123", "12345678901234", "1.5", "1.23456789012", "1e5", "1.5E+123456789"] {
+            assert_eq!(skip(text), Err(ScanError::Incomplete), "{text}");
+            assert_eq!(skip(&format!("{text},")), Ok(text.len()), "{text}");
+        }
     }
 
     #[test]
