@@ -12,7 +12,8 @@ its gzip:
 
 and prints wall time, peak RSS and MB/s (of decompressed JSON) for both, and the ratios.
 Inputs are flushed and read into the page cache before each case; cgfast's figure is the
-fastest of ``--runs`` runs, the reference runs once.
+fastest of ``--runs`` runs (half before the reference's one run, half after; the median
+is printed too).
 A third row per size measures node-id recovery: the same trace written without
 ``graph node id`` (as torch <= 2.12 writes it) and annotated from the recorded topology.
 
@@ -26,6 +27,7 @@ import gzip
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -89,14 +91,14 @@ def settle(paths: list[Path]) -> None:
                 pass
 
 
-def best(argv: list[str], output: Path, runs: int) -> tuple[float, int]:
-    """The fastest of `runs` runs (and its peak RSS), each writing a fresh output."""
+def timed_runs(argv: list[str], output: Path, runs: int) -> list[tuple[float, int]]:
+    """(wall seconds, peak RSS) of `runs` runs, each writing a fresh output."""
     results = []
     for _ in range(runs):
         output.unlink(missing_ok=True)
         os.sync()
         results.append(measure(argv))
-    return min(results)
+    return results
 
 
 def run_pair(trace: Path, ann_json: Path, ann_pkl: Path, json_bytes: int, reference: str, with_reference: bool, runs: int) -> dict:
@@ -106,10 +108,20 @@ def run_pair(trace: Path, ann_json: Path, ann_pkl: Path, json_bytes: int, refere
     row = {"input": trace.name, "input_mb": trace.stat().st_size / 1e6, "json_mb": json_bytes / 1e6}
     settle([trace, ann_json, ann_pkl])
     ours = out_dir / f"cgfast{suffix}"
-    row["cgfast_s"], row["cgfast_rss"] = best([cgfast_binary(), "annotate", str(trace), "-a", str(ann_json), "-o", str(ours), "--no-progress"], ours, runs)
+    ours_argv = [cgfast_binary(), "annotate", str(trace), "-a", str(ann_json), "-o", str(ours), "--no-progress"]
+    # cgfast's runs go half before and half after the reference's, so that both meet the
+    # same stretch of a machine whose speed drifts
+    before = (runs + 1) // 2 if with_reference else runs
+    results = timed_runs(ours_argv, ours, before)
     if with_reference:
         theirs = out_dir / f"reference{suffix}"
-        row["reference_s"], row["reference_rss"] = best([sys.executable, reference, str(trace), "-a", str(ann_pkl), "-o", str(theirs)], theirs, 1)
+        row["reference_s"], row["reference_rss"] = timed_runs([sys.executable, reference, str(trace), "-a", str(ann_pkl), "-o", str(theirs)], theirs, 1)[0]
+        theirs.unlink(missing_ok=True)
+        settle([trace, ann_json])
+        results += timed_runs(ours_argv, ours, runs - before)
+    row["cgfast_s"], row["cgfast_rss"] = min(results)
+    row["cgfast_median_s"] = statistics.median(seconds for seconds, _ in results)
+    row["cgfast_runs_s"] = [seconds for seconds, _ in results]
     return row
 
 
@@ -138,17 +150,20 @@ def main() -> None:
         rows.append({"case": f"{size} MB plain, ids recovered", **recovered, "overhead": recovered["cgfast_s"] / ids["cgfast_s"] * (json_bytes / noids_trace.stat().st_size) - 1})
 
     print()
-    print(f"{'case':<28} {'reference':>22} {'cgfast':>22} {'speed-up':>9} {'memory':>8}")
+    print(f"{'case':<28} {'reference':>22} {'cgfast':>32} {'speed-up':>9} {'median':>7} {'memory':>8}")
     for r in rows:
         ours = f"{r['cgfast_s']:6.2f} s {mb(r['cgfast_rss']):>9} {r['json_mb'] / r['cgfast_s']:6.0f} MB/s"
         if "reference_s" in r:
             theirs = f"{r['reference_s']:6.2f} s {mb(r['reference_rss']):>9}"
-            ratio = f"{r['reference_s'] / r['cgfast_s']:8.1f}x {r['reference_rss'] / r['cgfast_rss']:7.1f}x"
+            ratio = f"{r['reference_s'] / r['cgfast_s']:8.1f}x {r['reference_s'] / r['cgfast_median_s']:6.1f}x {r['reference_rss'] / r['cgfast_rss']:7.1f}x"
         else:
             theirs = f"{'(no ids: annotates nothing)':>22}"
             ratio = f"  recovery adds {r['overhead'] * 100:+.0f}% per byte"
         print(f"{r['case']:<28} {theirs:>22} {ours:>32} {ratio}")
-    print("\nspeed-up: reference time / cgfast time; memory: reference peak RSS / cgfast peak RSS.")
+    print("\nspeed-up: reference time / cgfast's fastest run (median: / its median run);")
+    print("memory: reference peak RSS / cgfast peak RSS. cgfast's runs, in seconds:")
+    for r in rows:
+        print(f"  {r['case']:<28} {' '.join(f'{t:.2f}' for t in r['cgfast_runs_s'])}")
     print(f"machine: {os.cpu_count()} cores; reference: {reference}")
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1))
