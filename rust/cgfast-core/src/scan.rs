@@ -534,6 +534,18 @@ impl<'k> Segment<'k> {
         }
     }
 
+    /// Room for the events of `bytes` of input, at most one per `MIN_EVENT_BYTES`, made
+    /// at once: the room is mapped memory, which costs nothing until it is used, and
+    /// the vectors need not grow through the heap, where their old copies would stay.
+    fn make_room(&mut self, bytes: u64) {
+        let most = (bytes / MIN_EVENT_BYTES) as usize;
+        // where the system will not promise the room, the vectors grow as they go
+        let _ = (self.index.events.try_reserve(most), self.index.flows.try_reserve(most));
+        let layout = &mut self.layout;
+        let _ = (layout.event_spans.try_reserve(most), layout.event_places.try_reserve(most));
+        let _ = (layout.flow_spans.try_reserve(most), layout.flow_places.try_reserve(most));
+    }
+
     fn step(&mut self, c: &mut Cursor<'_>, base: u64) -> Scan<Step> {
         match self.state {
             State::Start => {
@@ -743,18 +755,35 @@ fn guess_boundary(path: &Path, from: u64) -> std::io::Result<Option<(u64, u64)>>
 
 type Scanned = (TraceIndex, Layout);
 
-/// Plain traces are cut into segments of about this size (a whole number per thread,
-/// one for smaller traces, which takes less memory), scanned by whichever thread is
-/// free, so that a slow stretch (or a busy core) does not hold the others up.
-const SEGMENT_BYTES: u64 = 128 << 20;
-const MAX_SEGMENTS: u64 = 64;
+/// Plain traces are cut into segments, shorter towards the end and none shorter than
+/// this, scanned by whichever thread is free, so that a slow stretch (or a busy core)
+/// does not hold the others up.
+const SEGMENT_BYTES: u64 = 32 << 20;
+/// Fewer bytes than a tracked event or flow takes in any trace a profiler writes.
+const MIN_EVENT_BYTES: u64 = 64;
+const MAX_SEGMENTS: usize = 64;
+
+/// Where segments are cut: each takes about a `2 × threads`-th of what is left (none
+/// less than `min_bytes`), so that the last ones are short and the threads end together.
+fn segment_cuts(len: u64, threads: usize, min_bytes: u64) -> Vec<u64> {
+    let mut cuts = Vec::new();
+    let mut from = 0;
+    while cuts.len() + 1 < MAX_SEGMENTS {
+        from += ((len - from) / (2 * threads as u64)).max(min_bytes);
+        if from + min_bytes / 2 >= len {
+            break;
+        }
+        cuts.push(from);
+    }
+    cuts
+}
 
 fn scan_parallel(path: &Path, write_keys: &WriteKeys, threads: usize, segment_bytes: u64, len: u64, progress: &mut dyn FnMut(u64, u64)) -> Result<Option<Scanned>, ScanFailure> {
-    let per_thread = (len / segment_bytes / threads as u64).clamp(1, (MAX_SEGMENTS / threads as u64).max(1));
-    let wanted = per_thread * threads as u64;
     let mut cuts: Vec<(u64, u64)> = Vec::new();
-    for k in 1..wanted {
-        if let Some(cut) = guess_boundary(path, len * k / wanted)? {
+    // a trace under `2 × threads` segments long still gets that many
+    let min_bytes = segment_bytes.min(len / (2 * threads as u64)).max(1);
+    for at in segment_cuts(len, threads, min_bytes) {
+        if let Some(cut) = guess_boundary(path, at)? {
             if cuts.last().is_none_or(|last| cut.0 > last.0) {
                 cuts.push(cut);
             }
@@ -782,6 +811,7 @@ fn scan_parallel(path: &Path, write_keys: &WriteKeys, threads: usize, segment_by
                     let stop = cuts.get(k).map(|c| c.0);
                     let scanned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         let mut segment = Segment::new(write_keys, state, prev_end, stop);
+                        segment.make_room(stop.unwrap_or(len) - start);
                         segment.run(path, start, &|d, _| done[k].store(d - start, Ordering::Relaxed)).map(|_| segment)
                     }));
                     let result = scanned.unwrap_or_else(|_| Err(ScanFailure::Invalid("a scanner thread failed".into(), None)));
@@ -947,6 +977,19 @@ mod tests {
             let many = scan_parallel(&path, &WriteKeys::default(), threads, segment_bytes, len, &mut |_, _| {}).unwrap().expect("every split is a boundary");
             same(&many, &single(&path));
         }
+    }
+
+    #[test]
+    fn segments_shorten_towards_the_end() {
+        let mb = 1 << 20;
+        let cuts = segment_cuts(1000 * mb, 2, 32 * mb);
+        let sizes: Vec<u64> = cuts.windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(cuts[0], 250 * mb, "a quarter of the trace first");
+        assert!(sizes.windows(2).all(|w| w[1] <= w[0]), "{sizes:?}");
+        assert!(sizes.iter().all(|&s| s >= 32 * mb));
+        assert!(1000 * mb - cuts.last().unwrap() < 48 * mb, "the last segment is short");
+        assert!(segment_cuts(mb, 2, mb).is_empty(), "one segment when it would be as short as the rest");
+        assert_eq!(segment_cuts(1 << 40, 2, 1).len() + 1, MAX_SEGMENTS);
     }
 
     #[test]
