@@ -58,7 +58,8 @@ impl LanePlan {
     /// may still remove; too many lanes): run the passes themselves then.
     pub fn gather(index: &TraceIndex, default_stream: i64, overlap_stream: i64, max_adjust_us: f64) -> Option<LanePlan> {
         let mut table = LaneTable::default();
-        let mut timed = Vec::new();
+        // room for every tracked event: what is not used is never touched
+        let mut timed = Vec::with_capacity(index.events.len());
         for (i, e) in index.events.iter().enumerate() {
             if !is_lane_candidate(e, false, OddEvents::Skip) {
                 continue;

@@ -759,7 +759,8 @@ type Scanned = (TraceIndex, Layout);
 /// this, scanned by whichever thread is free, so that a slow stretch (or a busy core)
 /// does not hold the others up.
 const SEGMENT_BYTES: u64 = 32 << 20;
-/// Fewer bytes than a tracked event or flow takes in any trace a profiler writes.
+/// About the fewest bytes a tracked event or flow takes as profilers write them (where
+/// they take fewer, the reserved room runs out and the vectors grow).
 const MIN_EVENT_BYTES: u64 = 64;
 const MAX_SEGMENTS: usize = 64;
 
