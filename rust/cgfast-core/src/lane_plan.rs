@@ -6,7 +6,7 @@
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::key::{Key, KeyId, Num};
-use crate::passes::{float_order, is_lane_candidate, is_plain_start, Fixed, LargeOverlap, OddEvents, Timed};
+use crate::passes::{float_order, is_lane_candidate, is_plain_start, Fix, Fixed, LaneWalk, LargeOverlap, OddEvents, Timed};
 use crate::trace::{Ph, TraceIndex};
 
 /// What the lane passes read, taken from the index once every event has its lane.
@@ -84,36 +84,27 @@ impl LanePlan {
         self.timed.sort_unstable_by_key(|t| (float_order(t.ts().as_f64()), t.event));
         let mut moved = Vec::new();
         if let Some(default) = self.default_lane {
-            let mut prev_end = Num::Float(0.0);
+            let mut walk = LaneWalk::new();
             for t in self.timed.iter_mut().filter(|t| t.is_kernel() && t.lane == default) {
-                if t.ts().lt(prev_end) {
+                if walk.overlaps(t).ok()? {
                     moved.push(t.event);
                     t.lane = self.overlap_lane;
-                } else {
-                    prev_end = t.end_from(t.ts()).ok()?;
                 }
             }
         }
         let limit = Num::Float(self.max_adjust_us);
-        let mut prev_end = vec![Num::Float(0.0); self.lanes.len()];
+        let mut walks = vec![LaneWalk::new(); self.lanes.len()];
         let mut first_event = vec![u32::MAX; self.lanes.len()];
         let mut new_starts = Vec::new();
         let mut large = Vec::new();
         for t in &self.timed {
             let lane = t.lane as usize;
             first_event[lane] = first_event[lane].min(t.event);
-            let ts = t.ts();
-            let mut start = ts;
-            if ts.lt(prev_end[lane]) {
-                let overlap = prev_end[lane].sub(ts);
-                if limit.lt(overlap) {
-                    large.push((t.lane, t.event, overlap.as_f64()));
-                } else {
-                    new_starts.push((t.event, prev_end[lane]));
-                    start = prev_end[lane];
-                }
+            match walks[lane].fix(t, limit).ok()? {
+                Fix::Kept => {}
+                Fix::Moved(to) => new_starts.push((t.event, to)),
+                Fix::TooLarge(overlap_us) => large.push((t.lane, t.event, overlap_us)),
             }
-            prev_end[lane] = t.end_from(start).ok()?;
         }
         // the reference takes lanes in order of their first event, each in start order
         large.sort_by_key(|&(lane, ..)| first_event[lane as usize]);

@@ -465,6 +465,56 @@ pub(crate) fn float_order(f: f64) -> u64 {
     }
 }
 
+/// One lane walked in start order, as both lane passes walk it: where the work before
+/// ended so far.
+#[derive(Clone, Copy)]
+pub(crate) struct LaneWalk {
+    prev_end: Num,
+}
+
+/// What `_fix_overlapping_timestamps` does with an event.
+pub(crate) enum Fix {
+    Kept,
+    /// Moved to start where the work before it ended.
+    Moved(Num),
+    /// An overlap (µs) too large to be jitter: left as it is.
+    TooLarge(f64),
+}
+
+impl LaneWalk {
+    pub fn new() -> LaneWalk {
+        LaneWalk { prev_end: Num::Float(0.0) }
+    }
+
+    /// `_move_overlapping_to_stream`'s step: whether `t` starts before the kernel before
+    /// it ended (it moves, and the lane's end stays).
+    pub fn overlaps(&mut self, t: &Timed) -> Result<bool, Refused> {
+        if t.ts().lt(self.prev_end) {
+            return Ok(true);
+        }
+        self.prev_end = t.end_from(t.ts())?;
+        Ok(false)
+    }
+
+    /// `_fix_overlapping_timestamps`'s step: an event that starts at most `limit` before
+    /// the work before it ended moves to that end.
+    pub fn fix(&mut self, t: &Timed, limit: Num) -> Result<Fix, Refused> {
+        let ts = t.ts();
+        let fix = if ts.lt(self.prev_end) {
+            let overlap = self.prev_end.sub(ts);
+            if limit.lt(overlap) {
+                Fix::TooLarge(overlap.as_f64())
+            } else {
+                Fix::Moved(self.prev_end)
+            }
+        } else {
+            Fix::Kept
+        };
+        self.prev_end = t.end_from(if let Fix::Moved(to) = fix { to } else { ts })?;
+        Ok(fix)
+    }
+}
+
 /// `_move_overlapping_to_stream` on the events the pipeline can order.
 pub fn move_overlapping(index: &mut TraceIndex, default_stream: i64, overlap_stream: i64) -> u64 {
     // skipped odd events leave nothing to refuse
@@ -478,12 +528,10 @@ pub fn move_overlapping_or_refuse(index: &mut TraceIndex, default_stream: i64, o
     let mut candidates = lane_candidates(index, true, odd);
     candidates.retain(|&i| index.events[i as usize].current_tid() == lane);
     let mut moving = Vec::new();
-    let mut prev_end = Num::Float(0.0);
+    let mut walk = LaneWalk::new();
     for t in sorted_by_ts(index, candidates)? {
-        if t.ts().lt(prev_end) {
+        if walk.overlaps(&t)? {
             moving.push(t.event());
-        } else {
-            prev_end = t.end_from(t.ts())?;
         }
     }
     let overlap_lane = index.keys.id(Key::Int(overlap_stream));
@@ -536,20 +584,14 @@ pub fn fix_timestamps_or_refuse(index: &mut TraceIndex, max_adjust_us: f64, odd:
     let mut out = Fixed::default();
     let mut new_starts = Vec::new();
     for lane in by_lane(index, lane_candidates(index, false, odd)) {
-        let mut prev_end = Num::Float(0.0);
+        let mut walk = LaneWalk::new();
         for t in sorted_by_ts(index, lane)? {
-            let (ts, i) = (t.ts(), t.event());
-            let mut start = ts;
-            if ts.lt(prev_end) {
-                let overlap = prev_end.sub(ts);
-                if limit.lt(overlap) {
-                    out.large.push(LargeOverlap { event: i, tid: index.events[i].current_tid(), overlap_us: overlap.as_f64() });
-                } else {
-                    new_starts.push((i, prev_end));
-                    start = prev_end;
-                }
+            let i = t.event();
+            match walk.fix(&t, limit)? {
+                Fix::Kept => {}
+                Fix::Moved(to) => new_starts.push((i, to)),
+                Fix::TooLarge(overlap_us) => out.large.push(LargeOverlap { event: i, tid: index.events[i].current_tid(), overlap_us }),
             }
-            prev_end = t.end_from(start)?;
         }
     }
     out.fixed = new_starts.len() as u64;
