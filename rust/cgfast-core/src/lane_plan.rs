@@ -16,7 +16,15 @@ pub struct LanePlan {
     lanes: Vec<Option<KeyId>>,
     default_lane: Option<u16>,
     overlap_lane: u16,
+    streams: Streams,
     max_adjust_us: f64,
+}
+
+/// The default stream and the overlap stream, as the passes were asked for them.
+#[derive(Clone, Copy)]
+struct Streams {
+    default: i64,
+    overlap: i64,
 }
 
 /// Lanes numbered in order of appearance.
@@ -46,6 +54,7 @@ impl LaneTable {
 pub struct LaneDecisions {
     lanes: Vec<Option<KeyId>>,
     overlap_lane: u16,
+    streams: Streams,
     moved: Vec<u32>,
     new_starts: Vec<(u32, Num)>,
     /// Lane, event and overlap, in the reference's order.
@@ -75,7 +84,8 @@ impl LanePlan {
         let default_lane = index.keys.find(Key::Int(default_stream)).and_then(|k| table.ids.get(&k).copied());
         let overlap_lane = table.lane(index.keys.find(Key::Int(overlap_stream)))?;
         let lanes = table.keys;
-        Some(LanePlan { timed, lanes, default_lane, overlap_lane, max_adjust_us })
+        let streams = Streams { default: default_stream, overlap: overlap_stream };
+        Some(LanePlan { timed, lanes, default_lane, overlap_lane, streams, max_adjust_us })
     }
 
     /// Both passes' decisions: one walk in start order for each.
@@ -108,18 +118,18 @@ impl LanePlan {
         }
         // the reference takes lanes in order of their first event, each in start order
         large.sort_by_key(|&(lane, ..)| first_event[lane as usize]);
-        Some(LaneDecisions { lanes: self.lanes, overlap_lane: self.overlap_lane, moved, new_starts, large })
+        Some(LaneDecisions { lanes: self.lanes, overlap_lane: self.overlap_lane, streams: self.streams, moved, new_starts, large })
     }
 }
 
 impl LaneDecisions {
     /// Apply to the index the plan was gathered from: (kernels moved, timestamps fixed).
-    pub fn apply(self, index: &mut TraceIndex, default_stream: i64, overlap_stream: i64) -> (u64, Fixed) {
+    pub fn apply(self, index: &mut TraceIndex) -> (u64, Fixed) {
         let mut lanes = self.lanes;
         // as `move_overlapping` does: the overlap lane's key is made wherever the default
         // stream has one (and only there can a kernel move)
-        if index.keys.find(Key::Int(default_stream)).is_some() {
-            lanes[self.overlap_lane as usize] = Some(index.keys.id(Key::Int(overlap_stream)));
+        if index.keys.find(Key::Int(self.streams.default)).is_some() {
+            lanes[self.overlap_lane as usize] = Some(index.keys.id(Key::Int(self.streams.overlap)));
         }
         let lane_key = |lane: u16| lanes[lane as usize].expect("a lane with events has a key");
         for &i in &self.moved {
@@ -180,7 +190,7 @@ mod tests {
                 let moved = passes::move_overlapping(&mut passes_did, default_stream, overlap_stream);
                 let fixed = passes::fix_timestamps(&mut passes_did, limit);
                 let plan = LanePlan::gather(&plan_did, default_stream, overlap_stream, limit).expect("plain starts");
-                let decided = plan.decide().expect("numbers only").apply(&mut plan_did, default_stream, overlap_stream);
+                let decided = plan.decide().expect("numbers only").apply(&mut plan_did);
                 assert_eq!(decided, (moved, fixed.clone()), "seed {seed}, streams {default_stream}/{overlap_stream}");
                 assert_eq!(outcome(&plan_did), outcome(&passes_did), "seed {seed}");
                 assert_eq!(plan_did.keys.count(), passes_did.keys.count(), "the same keys made");

@@ -207,7 +207,7 @@ fn annotate_and_fix(index: &mut TraceIndex, resolved: &HashMap<NodeId, Resolved>
         (passes::after_relane(index, link, annotated, visits), plan.and_then(LanePlan::decide))
     };
     let (moved, fixed) = match decided {
-        Some(decisions) => decisions.apply(index, options.default_stream, options.overlap_stream),
+        Some(decisions) => decisions.apply(index),
         None => (passes::move_overlapping(index, options.default_stream, options.overlap_stream), passes::fix_timestamps(index, options.max_adjust_us)),
     };
     (annotated, moved, fixed)
