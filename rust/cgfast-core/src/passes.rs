@@ -615,32 +615,11 @@ pub fn settle(index: &mut TraceIndex, annotated: &mut Annotated) {
 
 #[cfg(test)]
 mod flow_table_tests {
+    use super::tests::{ev, index};
     use super::*;
-    use crate::trace::{Observed, Ph};
 
     fn index_of(flows: &[(i64, f64)]) -> TraceIndex {
-        let mut index = TraceIndex::default();
-        for (n, &(tid, ts)) in flows.iter().enumerate() {
-            let observed = Observed {
-                ph: Ph::FlowFinish,
-                cat: Cat::Ac2g,
-                name: None,
-                pid: Some(Key::Int(0)),
-                tid: Key::Int(tid),
-                pid_spelling: Spelling::Plain,
-                tid_spelling: Spelling::Plain,
-                ts: Field::Value(Num::Float(ts)),
-                dur: Field::Missing,
-                args: Field::Missing,
-                node: Node::Missing,
-                args_stream: None,
-                args_name_is_stream: false,
-                correlation: None,
-                grid_block: None,
-            };
-            index.observe(n as u32, &observed);
-        }
-        index
+        index(&flows.iter().map(|&(tid, ts)| ev("ac2g", tid, ts, 0.0, None)).collect::<Vec<_>>())
     }
 
     fn found(index: &TraceIndex, table: &FlowsByPlace, tid: i64, ts: f64) -> Vec<usize> {
