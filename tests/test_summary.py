@@ -305,6 +305,27 @@ def bars_in(rows, color):
     return bars
 
 
+def screenshot(page: Path, tmp_path: Path) -> Path:
+    """A 1200x800 PNG of `page` from a headless browser with a profile of its own.
+
+    A browser that dies before writing the PNG (seen once on a fresh CI machine) is run
+    a second time; a second failure fails the test with both runs' exit codes.
+    """
+    png = tmp_path / f"{page.name}.png"
+    failures = []
+    for attempt in range(2):
+        command = [
+            browser(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+            f"--user-data-dir={tmp_path / f'profile{attempt}'}", "--hide-scrollbars", "--window-size=1200,800",
+            f"--screenshot={png}", page.as_uri(),
+        ]
+        shot = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        if png.exists():
+            return png
+        failures.append(f"exit {shot.returncode}: {shot.stderr[-2000:]}")
+    pytest.fail("the browser wrote no screenshot:\n" + "\n".join(failures))
+
+
 @pytest.mark.skipif(browser() is None, reason="no headless browser (apt-get install chromium) to render the chart in")
 @pytest.mark.parametrize("kind", ["svg", "html"])
 def test_the_chart_renders_in_a_browser(tmp_path, kind):
@@ -317,14 +338,7 @@ def test_the_chart_renders_in_a_browser(tmp_path, kind):
     assert run.returncode == 0, run.stderr
     text = chart.read_text()
     assert "<script" not in text and "href=" not in text and "url(" not in text
-    png = tmp_path / f"chart.{kind}.png"
-    shot = subprocess.run(
-        [browser(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--screenshot={png}", "--window-size=1200,800", chart.as_uri()],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert png.exists(), shot.stderr
+    png = screenshot(chart, tmp_path)
     width, height, rows = read_png(png)
     assert (width, height) == (1200, 800)
     blue, grey = bars_in(rows, BAR), bars_in(rows, GREY)
