@@ -41,8 +41,8 @@ pub struct Cursor<'a> {
 
 /// The offset of the first byte at or after `from` that ends or interrupts a string's
 /// plain text: `"`, `\\` or a control character.
-#[inline]
-fn special_byte(buf: &[u8], from: usize) -> Option<usize> {
+#[inline(always)]
+pub(crate) fn special_byte(buf: &[u8], from: usize) -> Option<usize> {
     #[cfg(target_arch = "x86_64")]
     let (from, found) = special_byte_sse2(buf, from);
     #[cfg(not(target_arch = "x86_64"))]
@@ -107,8 +107,42 @@ fn special_byte_words(buf: &[u8], mut at: usize) -> (usize, Option<usize>) {
 }
 
 #[inline]
-fn is_ws(b: u8) -> bool {
+pub(crate) fn is_ws(b: u8) -> bool {
     matches!(b, b' ' | b'\n' | b'\r' | b'\t')
+}
+
+/// The end of the flat array of small unsigned integers (`[1, 2, 3]`) at `start`;
+/// `None` for any other value, even a valid one.
+#[inline]
+pub(crate) fn small_int_array_end(buf: &[u8], start: usize) -> Option<usize> {
+    if buf.get(start) != Some(&b'[') {
+        return None;
+    }
+    let mut i = start + 1;
+    loop {
+        let mut b = *buf.get(i)?;
+        while is_ws(b) {
+            i += 1;
+            b = *buf.get(i)?;
+        }
+        let first = i;
+        while b.is_ascii_digit() {
+            i += 1;
+            b = *buf.get(i)?;
+        }
+        if i == first || (i - first > 1 && buf[first] == b'0') {
+            return None;
+        }
+        while is_ws(b) {
+            i += 1;
+            b = *buf.get(i)?;
+        }
+        match b {
+            b',' => i += 1,
+            b']' => return Some(i + 1),
+            _ => return None,
+        }
+    }
 }
 
 impl<'a> Cursor<'a> {
@@ -355,33 +389,9 @@ impl<'a> Cursor<'a> {
     /// cursor unmoved) for any other value, even a valid one.
     #[inline]
     pub fn small_int_array(&mut self) -> Option<Scalar> {
-        let buf = self.buf;
         let start = self.pos;
-        let mut i = start + 1;
-        if buf.get(start) != Some(&b'[') {
-            return None;
-        }
-        loop {
-            while buf.get(i).is_some_and(|&b| is_ws(b)) {
-                i += 1;
-            }
-            let digits = buf.get(i..)?.iter().take_while(|b| b.is_ascii_digit()).count();
-            if digits == 0 || (digits > 1 && buf[i] == b'0') {
-                return None;
-            }
-            i += digits;
-            while buf.get(i).is_some_and(|&b| is_ws(b)) {
-                i += 1;
-            }
-            match buf.get(i)? {
-                b',' => i += 1,
-                b']' => {
-                    self.pos = i + 1;
-                    return Some(Scalar::Container { start, end: self.pos });
-                }
-                _ => return None,
-            }
-        }
+        self.pos = small_int_array_end(self.buf, start)?;
+        Some(Scalar::Container { start, end: self.pos })
     }
 
     fn skip_container(&mut self) -> Scan<()> {
@@ -481,6 +491,10 @@ impl<'a> Cursor<'a> {
 pub fn text_of(buf: &[u8], s: StrSpan) -> std::borrow::Cow<'_, str> {
     let raw = &buf[s.start..s.end];
     if !s.escaped {
+        if raw.is_ascii() {
+            // SAFETY: ASCII is UTF-8.
+            return std::borrow::Cow::Borrowed(unsafe { std::str::from_utf8_unchecked(raw) });
+        }
         return match std::str::from_utf8(raw) {
             Ok(text) => std::borrow::Cow::Borrowed(text),
             Err(_) => String::from_utf8_lossy(raw),

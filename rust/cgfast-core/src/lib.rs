@@ -5,6 +5,7 @@ pub mod annotations;
 pub mod cancel;
 pub mod direct_io;
 pub mod edit;
+mod event_fields;
 pub mod events;
 pub mod inputs;
 pub mod io;

@@ -4,8 +4,10 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+pub use crate::event_fields::WriteKeys;
+use crate::event_fields::{self, Raw};
 use crate::io::Window;
-use crate::json::{str_is, text_of, Cursor, Scalar, Scan, ScanError, StrSpan};
+use crate::json::{str_is, text_of, Cursor, Scalar, Scan, ScanError};
 use crate::key::{Key, Keys, Num, Spelling};
 use crate::trace::{is_tracked, Cat, Field, Kept, Node, Observed, Ph, TraceIndex};
 
@@ -88,46 +90,6 @@ enum State {
     End,
 }
 
-/// Keys that annotations may write into `args`. An event whose `args` already has one
-/// is edited through a full parse in pass two; every other edit splices at the places
-/// recorded here.
-#[derive(Default, Debug)]
-pub struct WriteKeys {
-    /// The keys by length (up to `SHORT`), compared byte by byte: fewer and cheaper than
-    /// hashing every key of every event.
-    by_length: Vec<Vec<Vec<u8>>>,
-    long: rustc_hash::FxHashSet<Vec<u8>>,
-}
-
-const SHORT: usize = 64;
-
-impl WriteKeys {
-    pub fn new<'a>(keys: impl IntoIterator<Item = &'a str>) -> WriteKeys {
-        let mut w = WriteKeys { by_length: vec![Vec::new(); SHORT], long: Default::default() };
-        for k in keys {
-            if k == "stream" || k == "graph node id" {
-                continue;
-            }
-            match w.by_length.get_mut(k.len()) {
-                Some(same) if !same.iter().any(|s| s == k.as_bytes()) => same.push(k.as_bytes().to_vec()),
-                Some(_) => {}
-                None => {
-                    w.long.insert(k.as_bytes().to_vec());
-                }
-            }
-        }
-        w
-    }
-
-    #[inline]
-    fn contains(&self, key: &[u8]) -> bool {
-        match self.by_length.get(key.len()) {
-            Some(same) => same.iter().any(|s| s == key),
-            None => !self.long.is_empty() && self.long.contains(key),
-        }
-    }
-}
-
 /// A value's place in its event: offset and length, relative to the event's start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rel {
@@ -186,138 +148,6 @@ impl FlowPlaces {
 
 impl Places {
     const INEXACT: Places = Places { tid: Rel::NONE, ts: Rel::NONE, stream: Rel::NONE, node: Rel::NONE, args_close: u16::MAX, args_empty: false, exact: false };
-}
-
-/// Raw fields of one event, as spans into the window.
-#[derive(Default)]
-struct Raw {
-    tid_at: Option<(usize, usize)>,
-    ts_at: Option<(usize, usize)>,
-    stream_at: Option<(usize, usize)>,
-    node_at: Option<(usize, usize)>,
-    args_close: Option<usize>,
-    args_empty: bool,
-    args_conflict: bool,
-    ph: Option<Scalar>,
-    cat: Option<Scalar>,
-    name: Option<Scalar>,
-    pid: Option<Scalar>,
-    tid: Option<Scalar>,
-    ts: Option<Scalar>,
-    dur: Option<Scalar>,
-    args: Option<Scalar>,
-    args_object: bool,
-    gni: Option<Scalar>,
-    correlation: Option<Scalar>,
-    args_name: Option<Scalar>,
-    args_stream: Option<Scalar>,
-    grid: Option<Scalar>,
-    block: Option<Scalar>,
-}
-
-#[inline(always)]
-fn key_bytes<'b>(buf: &'b [u8], k: StrSpan, scratch: &'b mut String) -> &'b [u8] {
-    if !k.escaped {
-        return &buf[k.start..k.end];
-    }
-    *scratch = text_of(buf, k).into_owned();
-    scratch.as_bytes()
-}
-
-/// A scalar and where it is in the window.
-#[inline(always)]
-fn spanned(c: &mut Cursor<'_>) -> Scan<(Scalar, (usize, usize))> {
-    c.peek()?;
-    let start = c.pos;
-    let v = c.scalar()?;
-    Ok((v, (start, c.pos)))
-}
-
-/// A grid or block value: mostly `[x, y, z]`, read without the general scanner.
-#[inline(always)]
-fn dims_value(c: &mut Cursor<'_>) -> Scan<Scalar> {
-    c.peek()?;
-    match c.small_int_array() {
-        Some(v) => Ok(v),
-        None => c.scalar(),
-    }
-}
-
-fn parse_event(c: &mut Cursor<'_>, raw: &mut Raw, write_keys: &WriteKeys) -> Scan<()> {
-    *raw = Raw::default();
-    let mut scratch = String::new();
-    c.object(|c, key| {
-        let buf = c.buf;
-        match key_bytes(buf, key, &mut scratch) {
-            b"ph" => raw.ph = Some(c.scalar()?),
-            b"cat" => raw.cat = Some(c.scalar()?),
-            b"name" => raw.name = Some(c.scalar()?),
-            b"pid" => raw.pid = Some(c.scalar()?),
-            b"tid" => {
-                let (v, at) = spanned(c)?;
-                raw.tid = Some(v);
-                raw.tid_at = Some(at);
-            }
-            b"ts" => {
-                let (v, at) = spanned(c)?;
-                raw.ts = Some(v);
-                raw.ts_at = Some(at);
-            }
-            b"dur" => raw.dur = Some(c.scalar()?),
-            b"args" => {
-                raw.gni = None;
-                raw.correlation = None;
-                raw.args_name = None;
-                raw.args_stream = None;
-                raw.grid = None;
-                raw.block = None;
-                raw.stream_at = None;
-                raw.node_at = None;
-                raw.args_conflict = false;
-                if c.peek()? == b'{' {
-                    let start = c.pos;
-                    raw.args_object = true;
-                    let mut scratch = String::new();
-                    let mut members = 0;
-                    c.object(|c, key| {
-                        let buf = c.buf;
-                        members += 1;
-                        let key = key_bytes(buf, key, &mut scratch);
-                        if write_keys.contains(key) {
-                            raw.args_conflict = true;
-                        }
-                        match key {
-                            b"graph node id" => {
-                                let (v, at) = spanned(c)?;
-                                raw.gni = Some(v);
-                                raw.node_at = Some(at);
-                            }
-                            b"correlation" => raw.correlation = Some(c.scalar()?),
-                            b"name" => raw.args_name = Some(c.scalar()?),
-                            b"stream" => {
-                                let (v, at) = spanned(c)?;
-                                raw.args_stream = Some(v);
-                                raw.stream_at = Some(at);
-                            }
-                            b"grid" => raw.grid = Some(dims_value(c)?),
-                            b"block" => raw.block = Some(dims_value(c)?),
-                            _ => c.skip_value()?,
-                        }
-                        Ok(())
-                    })?;
-                    raw.args = Some(Scalar::Container { start, end: c.pos });
-                    raw.args_close = Some(c.pos - 1);
-                    raw.args_empty = members == 0;
-                } else {
-                    raw.args_object = false;
-                    raw.args_close = None;
-                    raw.args = Some(c.scalar()?);
-                }
-            }
-            _ => c.skip_value()?,
-        }
-        Ok(())
-    })
 }
 
 #[inline(always)]
@@ -418,7 +248,7 @@ fn dims(buf: &[u8], s: Option<Scalar>) -> Option<[u32; 3]> {
 /// Index one parsed event.
 fn observe(buf: &[u8], raw: &Raw, ordinal: u32, index: &mut TraceIndex) -> Kept {
     let cat = match raw.cat {
-        Some(Scalar::Str(span)) if !span.escaped => Cat::from_name(std::str::from_utf8(&buf[span.start..span.end]).unwrap_or("")),
+        Some(Scalar::Str(span)) if !span.escaped => Cat::from_bytes(&buf[span.start..span.end]),
         Some(Scalar::Str(span)) => Cat::from_name(&text_of(buf, span)),
         _ => Cat::Other,
     };
@@ -595,7 +425,10 @@ impl<'k> Segment<'k> {
                 }
                 let ordinal = self.layout.elements as u32;
                 let kept = if c.buf[start] == b'{' {
-                    parse_event(c, &mut self.raw, self.write_keys)?;
+                    match event_fields::read_fast(c.buf, start, &mut self.raw, self.write_keys) {
+                        Some(end) => c.pos = end,
+                        None => event_fields::read(c, &mut self.raw, self.write_keys)?,
+                    }
                     observe(c.buf, &self.raw, ordinal, &mut self.index)
                 } else {
                     c.skip_value()?;

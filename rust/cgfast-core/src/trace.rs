@@ -20,13 +20,17 @@ pub enum Cat {
 
 impl Cat {
     pub fn from_name(cat: &str) -> Cat {
+        Cat::from_bytes(cat.as_bytes())
+    }
+
+    pub fn from_bytes(cat: &[u8]) -> Cat {
         match cat {
-            "kernel" => Cat::Kernel,
-            "gpu_memcpy" => Cat::Memcpy,
-            "gpu_memset" => Cat::Memset,
-            "gpu_user_annotation" => Cat::UserAnnotation,
-            "ac2g" => Cat::Ac2g,
-            "cuda_runtime" | "cuda_driver" => Cat::Runtime,
+            b"kernel" => Cat::Kernel,
+            b"gpu_memcpy" => Cat::Memcpy,
+            b"gpu_memset" => Cat::Memset,
+            b"gpu_user_annotation" => Cat::UserAnnotation,
+            b"ac2g" => Cat::Ac2g,
+            b"cuda_runtime" | b"cuda_driver" => Cat::Runtime,
             _ => Cat::Other,
         }
     }
