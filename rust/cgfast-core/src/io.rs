@@ -61,12 +61,48 @@ struct Chunks {
 
 enum Source {
     Plain(Counted<File>),
-    Inflating(Receiver<io::Result<Vec<u8>>>, Option<JoinHandle<()>>),
+    /// Read or inflated on a thread of its own.
+    Ahead(Ahead),
+}
+
+/// Chunks made on a thread of their own, each with `HEADROOM` bytes before its data:
+/// what a window still holds moves there, and the chunk becomes the window without its
+/// data being copied. Spent chunks go back to the thread.
+struct Ahead {
+    full: Receiver<io::Result<(Vec<u8>, usize)>>,
+    spent: SyncSender<Vec<u8>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+const HEADROOM: usize = 64 << 10;
+
+impl Ahead {
+    fn start(source: impl Read + Send + 'static) -> Ahead {
+        let (full_tx, full) = sync_channel(2);
+        let (spent, spent_rx) = sync_channel(4);
+        let thread = std::thread::spawn(move || read_ahead(source, full_tx, spent_rx));
+        Ahead { full, spent, thread: Some(thread) }
+    }
+}
+
+fn read_ahead(mut source: impl Read, full: SyncSender<io::Result<(Vec<u8>, usize)>>, spent: Receiver<Vec<u8>>) {
+    loop {
+        let mut chunk = spent.try_recv().unwrap_or_else(|_| vec![0u8; HEADROOM + CHUNK]);
+        let sent = match read_full(&mut source, &mut chunk[HEADROOM..]) {
+            Ok(0) => return,
+            Ok(n) => full.send(Ok((chunk, n))),
+            Err(e) => full.send(Err(e)),
+        };
+        if sent.is_err() {
+            return;
+        }
+    }
 }
 
 impl Chunks {
-    /// The input from decompressed offset `start` (only 0 for gzip).
-    fn open(path: &Path, start: u64) -> io::Result<Chunks> {
+    /// The input from decompressed offset `start` (only 0 for gzip); `ahead`: a plain
+    /// file is read on a thread of its own too.
+    fn open(path: &Path, start: u64, ahead: bool) -> io::Result<Chunks> {
         let meta = std::fs::metadata(path)?;
         if meta.is_dir() {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "is a directory"));
@@ -83,9 +119,9 @@ impl Chunks {
         }
         let file = Counted { inner, count: read.clone() };
         let source = if gzip {
-            let (tx, rx) = sync_channel(4);
-            let handle = std::thread::spawn(move || inflate_into(MultiGzDecoder::new(io::BufReader::with_capacity(1 << 20, file)), tx));
-            Source::Inflating(rx, Some(handle))
+            Source::Ahead(Ahead::start(MultiGzDecoder::new(io::BufReader::with_capacity(1 << 20, file))))
+        } else if ahead {
+            Source::Ahead(Ahead::start(file))
         } else {
             Source::Plain(file)
         };
@@ -104,6 +140,8 @@ impl Chunks {
 pub struct Window {
     chunks: Chunks,
     data: Vec<u8>,
+    /// Where in `data` the bytes held start, and how many there are.
+    start: usize,
     filled: usize,
     pub base: u64,
 }
@@ -115,11 +153,22 @@ impl Window {
 
     /// The input from (decompressed) offset `start`.
     pub fn open_at(path: &Path, start: u64) -> io::Result<Window> {
-        Ok(Window { chunks: Chunks::open(path, start)?, data: vec![0; 2 * CHUNK], filled: 0, base: start })
+        Self::with(Chunks::open(path, start, false)?, start)
+    }
+
+    /// The input, read ahead on a thread of its own while the caller works on what it
+    /// holds: for a caller that leaves a core free.
+    pub fn open_read_ahead(path: &Path) -> io::Result<Window> {
+        Self::with(Chunks::open(path, 0, true)?, 0)
+    }
+
+    fn with(chunks: Chunks, base: u64) -> io::Result<Window> {
+        let data = if matches!(chunks.source, Source::Plain(_)) { vec![0; 2 * CHUNK] } else { Vec::new() };
+        Ok(Window { chunks, data, start: 0, filled: 0, base })
     }
 
     pub fn bytes(&self) -> &[u8] {
-        &self.data[..self.filled]
+        &self.data[self.start..self.start + self.filled]
     }
 
     /// Input offset just past the bytes held.
@@ -129,40 +178,65 @@ impl Window {
 
     /// Forget the first `n` bytes held.
     pub fn consume(&mut self, n: usize) {
-        self.data.copy_within(n..self.filled, 0);
+        assert!(n <= self.filled, "consumed more than held");
+        self.start += n;
         self.filled -= n;
         self.base += n as u64;
+    }
+
+    /// Room in `data` for `n` more bytes after the `filled` held from `start`, which
+    /// move to its front.
+    fn make_room(data: &mut Vec<u8>, start: &mut usize, filled: usize, n: usize) {
+        data.copy_within(*start..*start + filled, 0);
+        *start = 0;
+        if data.len() < filled + n {
+            data.resize(filled + n.max(CHUNK), 0);
+        }
     }
 
     /// Read more input after the bytes held; 0 at the end of the input. Fails once a
     /// stop was requested (every read of a trace comes through here).
     pub fn fill(&mut self) -> io::Result<usize> {
         crate::cancel::check()?;
-        if self.data.len() - self.filled < CHUNK {
-            self.data.resize(self.filled + 2 * CHUNK, 0);
-        }
-        let n = match &mut self.chunks.source {
-            Source::Plain(file) => read_full(file, &mut self.data[self.filled..self.filled + CHUNK])?,
-            Source::Inflating(rx, handle) => match rx.recv() {
-                Ok(Ok(chunk)) => {
-                    let need = self.filled + chunk.len();
-                    if self.data.len() < need {
-                        self.data.resize(need, 0);
-                    }
-                    self.data[self.filled..need].copy_from_slice(&chunk);
-                    chunk.len()
+        match &mut self.chunks.source {
+            Source::Plain(file) => {
+                if self.data.len() - (self.start + self.filled) < CHUNK {
+                    Self::make_room(&mut self.data, &mut self.start, self.filled, 2 * CHUNK);
                 }
-                Ok(Err(e)) => return Err(e),
-                Err(_) => {
-                    if let Some(h) = handle.take() {
-                        let _ = h.join();
+                let at = self.start + self.filled;
+                let n = read_full(file, &mut self.data[at..at + CHUNK])?;
+                self.filled += n;
+                Ok(n)
+            }
+            Source::Ahead(ahead) => match ahead.full.recv() {
+                Ok(Ok((mut chunk, n))) => {
+                    let held = self.filled;
+                    if held <= HEADROOM {
+                        chunk[HEADROOM - held..HEADROOM].copy_from_slice(&self.data[self.start..self.start + held]);
+                        let spent = std::mem::replace(&mut self.data, chunk);
+                        if spent.len() == HEADROOM + CHUNK {
+                            let _ = ahead.spent.try_send(spent);
+                        }
+                        self.start = HEADROOM - held;
+                    } else {
+                        // more held than the headroom takes (an element over 64 KB): the
+                        // chunk is copied after it
+                        Self::make_room(&mut self.data, &mut self.start, held, n);
+                        self.data[held..held + n].copy_from_slice(&chunk[HEADROOM..HEADROOM + n]);
+                        let _ = ahead.spent.try_send(chunk);
                     }
-                    0
+                    self.filled += n;
+                    Ok(n)
+                }
+                Ok(Err(e)) => Err(e),
+                Err(_) => {
+                    if let Some(thread) = ahead.thread.take() {
+                        let _ = thread.join();
+                    }
+                    Ok(0)
                 }
             },
-        };
-        self.filled += n;
-        Ok(n)
+        }
     }
 
     pub fn file_position(&self) -> u64 {
@@ -185,25 +259,6 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
         }
     }
     Ok(n)
-}
-
-fn inflate_into(mut decoder: impl Read, tx: SyncSender<io::Result<Vec<u8>>>) {
-    loop {
-        let mut chunk = vec![0u8; CHUNK];
-        match read_full(&mut decoder, &mut chunk) {
-            Ok(0) => return,
-            Ok(n) => {
-                chunk.truncate(n);
-                if tx.send(Ok(chunk)).is_err() {
-                    return;
-                }
-            }
-            Err(e) => {
-                let _ = tx.send(Err(e));
-                return;
-            }
-        }
-    }
 }
 
 /// Read a whole (small) file, inflating it if it is gzipped.
@@ -581,6 +636,42 @@ fn write_member(file: File, done: Receiver<Compressed>) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Walk `path` with `window`, holding back tails of every size (none, small, over
+    /// the read-ahead headroom, over a chunk): what it holds is always the file's bytes.
+    fn walk(mut window: Window, expected: &[u8]) {
+        let tails = [0usize, 1, 7, 4096, HEADROOM, HEADROOM + 1, 300_000, CHUNK + 5];
+        let mut round = 0;
+        loop {
+            assert_eq!(window.bytes(), &expected[window.base as usize..window.end() as usize]);
+            let tail = tails[round % tails.len()].min(window.bytes().len());
+            window.consume(window.bytes().len() - tail);
+            round += 1;
+            if window.fill().unwrap() == 0 {
+                break;
+            }
+        }
+        assert_eq!(window.end(), expected.len() as u64);
+    }
+
+    #[test]
+    fn windows_hold_the_input_however_much_they_keep() {
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..5_300_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        let plain = dir.path().join("t.json");
+        std::fs::write(&plain, &data).unwrap();
+        let gz = dir.path().join("t.json.gz");
+        let mut enc = flate2::write::GzEncoder::new(File::create(&gz).unwrap(), Compression::fast());
+        enc.write_all(&data).unwrap();
+        enc.finish().unwrap();
+        walk(Window::open(&plain).unwrap(), &data);
+        walk(Window::open_read_ahead(&plain).unwrap(), &data);
+        walk(Window::open(&gz).unwrap(), &data);
+        walk(Window::open_read_ahead(&gz).unwrap(), &data);
+        let mut from = Window::open_at(&plain, 1_000_003).unwrap();
+        from.fill().unwrap();
+        assert_eq!(&from.bytes()[..10], &data[1_000_003..1_000_013]);
+    }
 
     #[test]
     fn parallel_gzip_is_one_member_any_reader_reads() {

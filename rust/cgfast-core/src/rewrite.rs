@@ -133,7 +133,7 @@ pub fn rewrite(
     progress: &mut dyn FnMut(u64, u64),
 ) -> io::Result<()> {
     let mut replacement = Vec::with_capacity(4096);
-    let mut w = Cursor { window: Window::open(input)?, done: 0 };
+    let mut w = Cursor { window: Window::open_read_ahead(input)?, done: 0 };
     let mut removed: u64 = 0;
     let mut since_progress = 0u64;
     for change in changes {
