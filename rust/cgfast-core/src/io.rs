@@ -75,11 +75,13 @@ struct Ahead {
 }
 
 const HEADROOM: usize = 64 << 10;
+const AHEAD_CHUNK: usize = 256 << 10;
 
 impl Ahead {
     fn start(source: impl Read + Send + 'static) -> Ahead {
-        let (full_tx, full) = sync_channel(2);
-        let (spent, spent_rx) = sync_channel(4);
+        // one chunk waiting and one being read: ahead enough, and little memory
+        let (full_tx, full) = sync_channel(1);
+        let (spent, spent_rx) = sync_channel(2);
         let thread = std::thread::spawn(move || read_ahead(source, full_tx, spent_rx));
         Ahead { full, spent, thread: Some(thread) }
     }
@@ -87,7 +89,7 @@ impl Ahead {
 
 fn read_ahead(mut source: impl Read, full: SyncSender<io::Result<(Vec<u8>, usize)>>, spent: Receiver<Vec<u8>>) {
     loop {
-        let mut chunk = spent.try_recv().unwrap_or_else(|_| vec![0u8; HEADROOM + CHUNK]);
+        let mut chunk = spent.try_recv().unwrap_or_else(|_| vec![0u8; HEADROOM + AHEAD_CHUNK]);
         let sent = match read_full(&mut source, &mut chunk[HEADROOM..]) {
             Ok(0) => return,
             Ok(n) => full.send(Ok((chunk, n))),
@@ -214,7 +216,7 @@ impl Window {
                     if held <= HEADROOM {
                         chunk[HEADROOM - held..HEADROOM].copy_from_slice(&self.data[self.start..self.start + held]);
                         let spent = std::mem::replace(&mut self.data, chunk);
-                        if spent.len() == HEADROOM + CHUNK {
+                        if spent.len() == HEADROOM + AHEAD_CHUNK {
                             let _ = ahead.spent.try_send(spent);
                         }
                         self.start = HEADROOM - held;
