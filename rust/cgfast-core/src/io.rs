@@ -336,10 +336,38 @@ impl AtomicFile {
 
     pub fn commit(self) -> io::Result<()> {
         if let Output::Temporary(temp) = self.output {
+            // Renamed over an existing file, ext4 writes the new one out first (its
+            // `auto_da_alloc`): a tenth of a second per 200 MB. Exchanged with it, the
+            // old one is left under the temporary's name, which dropping it removes.
+            if exchange(temp.path(), &self.target).is_ok() {
+                return Ok(());
+            }
             temp.persist(&self.target).map_err(|e| e.error)?;
         }
         Ok(())
     }
+}
+
+/// Swap two paths atomically (`renameat2` with `RENAME_EXCHANGE`); fails where either
+/// does not exist or the file system can not.
+#[cfg(target_os = "linux")]
+fn exchange(a: &Path, b: &Path) -> io::Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let (a, b) = (CString::new(a.as_os_str().as_bytes())?, CString::new(b.as_os_str().as_bytes())?);
+    // the system call, not glibc's wrapper, which older glibc lacks
+    // SAFETY: both are NUL-terminated paths that live across the call.
+    let done = unsafe { libc::syscall(libc::SYS_renameat2, libc::AT_FDCWD, a.as_ptr(), libc::AT_FDCWD, b.as_ptr(), libc::RENAME_EXCHANGE) };
+    if done == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn exchange(_: &Path, _: &Path) -> io::Result<()> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
 }
 
 #[cfg(all(test, unix))]
@@ -367,6 +395,23 @@ mod atomic_file_tests {
         assert!(!target.exists());
         out.commit().unwrap();
         assert_eq!(std::fs::read(&target).unwrap(), b"{}");
+    }
+
+    #[test]
+    fn a_replaced_file_leaves_nothing_beside_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("out.json");
+        std::fs::write(&target, b"old").unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let out = AtomicFile::create(&target).unwrap();
+        out.file().write_all(b"new").unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"old");
+        out.commit().unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"new");
+        assert_eq!(std::fs::metadata(&target).unwrap().permissions().mode() & 0o777, 0o640);
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, vec![std::ffi::OsString::from("out.json")]);
     }
 }
 
