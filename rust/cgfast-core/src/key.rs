@@ -278,19 +278,42 @@ pub struct Keys {
     next_unique: u32,
     ids: HashMap<Key, u32>,
     by_id: Vec<Key>,
+    /// The ids of small integer keys (`NO_ID` where there is none yet): the tids and
+    /// pids of most events, found without hashing.
+    small: Vec<KeyId>,
 }
+
+const SMALL_KEYS: usize = 1024;
+const NO_ID: KeyId = KeyId::MAX;
 
 /// A [`Key`] by its number in a [`Keys`] table: equal keys have equal ids.
 pub type KeyId = u32;
 
 impl Keys {
+    #[inline]
     pub fn id(&mut self, key: Key) -> KeyId {
-        if let Some(&id) = self.ids.get(&key) {
+        let small = match key {
+            Key::Int(i) if (0..SMALL_KEYS as i64).contains(&i) => Some(i as usize),
+            _ => None,
+        };
+        if let Some(&id) = small.and_then(|i| self.small.get(i)).filter(|&&id| id != NO_ID) {
             return id;
         }
-        let id = self.by_id.len() as KeyId;
-        self.by_id.push(key);
-        self.ids.insert(key, id);
+        let id = match self.ids.get(&key) {
+            Some(&id) => id,
+            None => {
+                let id = self.by_id.len() as KeyId;
+                self.by_id.push(key);
+                self.ids.insert(key, id);
+                id
+            }
+        };
+        if let Some(i) = small {
+            if self.small.is_empty() {
+                self.small = vec![NO_ID; SMALL_KEYS];
+            }
+            self.small[i] = id;
+        }
         id
     }
 
@@ -398,6 +421,17 @@ impl Keys {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn small_integer_keys_get_the_ids_of_all_keys() {
+        let mut keys = Keys::default();
+        let order = [Key::Int(7), Key::Int(0), Key::Int(-1), Key::Int(1023), Key::Int(1024), Key::Float(7f64.to_bits()), Key::None, Key::Int(7), Key::Int(1 << 40)];
+        let ids: Vec<KeyId> = order.iter().map(|&k| keys.id(k)).collect();
+        assert_eq!(ids, [0, 1, 2, 3, 4, 5, 6, 0, 7]);
+        for (&k, &id) in order.iter().zip(&ids) {
+            assert_eq!((keys.id(k), keys.find(k), keys.key(id)), (id, Some(id), k));
+        }
+    }
 
     #[test]
     fn python_number_semantics() {
