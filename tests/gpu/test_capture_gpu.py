@@ -497,5 +497,9 @@ def test_trace_handler_writes_trace_annotations_and_annotated_trace(truth, tmp_p
     assert capture.load_annotations(handler.annotations_path) == dict(capture.get_kernel_annotations())
     out = os.environ.get("OUT")
     if out:
+        # a folder of its own: annotations in $OUT itself would be found, one level up,
+        # for traces that end-to-end tests keep in $OUT/<name>
+        keep = os.path.join(out, "trace_handler")
+        os.makedirs(keep, exist_ok=True)
         for name in (annotated, os.path.basename(handler.annotations_path)):
-            shutil.copy(tmp_path / "traces" / name, os.path.join(out, name))
+            shutil.copy(tmp_path / "traces" / name, os.path.join(keep, name))
