@@ -504,7 +504,7 @@ pub fn text_of(buf: &[u8], s: StrSpan) -> std::borrow::Cow<'_, str> {
 }
 
 /// Whether the string span holds exactly `want` (escapes decoded).
-#[inline]
+#[inline(always)]
 pub fn str_is(buf: &[u8], s: StrSpan, want: &str) -> bool {
     if !s.escaped {
         return &buf[s.start..s.end] == want.as_bytes();
