@@ -2,7 +2,7 @@
 //! reader ([`read`]), which takes any JSON and reports every error, or first by a fast
 //! path ([`read_fast`]) for events shaped as profilers write them.
 
-use crate::json::{is_ws, small_int_array_end, special_byte, text_of, Cursor, Scalar, Scan, StrSpan};
+use crate::json::{after_ws, number_end, plain_string_end, small_int_array_end, text_of, Cursor, Scalar, Scan, StrSpan};
 
 /// Keys that annotations may write into `args`. An event whose `args` already has one
 /// is edited through a full parse in pass two; every other edit splices at the places
@@ -51,7 +51,6 @@ impl WriteKeys {
     }
 }
 
-
 #[inline(always)]
 fn sketch_bit(key: &[u8]) -> u64 {
     let (first, last) = (key.first().copied().unwrap_or(0), key.last().copied().unwrap_or(0));
@@ -83,6 +82,23 @@ pub(crate) struct Raw {
     pub(crate) args_stream: Option<Scalar>,
     pub(crate) grid: Option<Scalar>,
     pub(crate) block: Option<Scalar>,
+}
+
+impl Raw {
+    /// An `args` member begins: what an earlier one gave is forgotten.
+    fn start_args(&mut self) {
+        (self.gni, self.correlation, self.args_name, self.args_stream, self.grid, self.block) = (None, None, None, None, None, None);
+        (self.stream_at, self.node_at, self.args_conflict) = (None, None, false);
+        (self.args_object, self.args_close) = (false, None);
+    }
+
+    /// `args` is the object from `start` to `end`, with `members` members.
+    fn finish_args(&mut self, start: usize, end: usize, members: u32) {
+        self.args = Some(Scalar::Container { start, end });
+        self.args_object = true;
+        self.args_close = Some(end - 1);
+        self.args_empty = members == 0;
+    }
 }
 
 #[inline(always)]
@@ -136,18 +152,9 @@ pub(crate) fn read(c: &mut Cursor<'_>, raw: &mut Raw, write_keys: &WriteKeys) ->
             }
             b"dur" => raw.dur = Some(c.scalar()?),
             b"args" => {
-                raw.gni = None;
-                raw.correlation = None;
-                raw.args_name = None;
-                raw.args_stream = None;
-                raw.grid = None;
-                raw.block = None;
-                raw.stream_at = None;
-                raw.node_at = None;
-                raw.args_conflict = false;
+                raw.start_args();
                 if c.peek()? == b'{' {
                     let start = c.pos;
-                    raw.args_object = true;
                     let mut scratch = String::new();
                     let mut members = 0;
                     c.object(|c, key| {
@@ -176,12 +183,8 @@ pub(crate) fn read(c: &mut Cursor<'_>, raw: &mut Raw, write_keys: &WriteKeys) ->
                         }
                         Ok(())
                     })?;
-                    raw.args = Some(Scalar::Container { start, end: c.pos });
-                    raw.args_close = Some(c.pos - 1);
-                    raw.args_empty = members == 0;
+                    raw.finish_args(start, c.pos, members);
                 } else {
-                    raw.args_object = false;
-                    raw.args_close = None;
                     raw.args = Some(c.scalar()?);
                 }
             }
@@ -190,7 +193,6 @@ pub(crate) fn read(c: &mut Cursor<'_>, raw: &mut Raw, write_keys: &WriteKeys) ->
         Ok(())
     })
 }
-
 
 /// The fast path: the event at `start` (its `{`) and the offset after its `}`, with
 /// `raw` as [`read`] fills it. It takes keys without escapes and values that are
@@ -235,25 +237,9 @@ impl<'a> Plain<'a> {
     /// The next byte that is not white space, not consumed.
     #[inline(always)]
     fn peek(&mut self) -> Option<u8> {
-        let b = *self.buf.get(self.i)?;
-        if b > b' ' {
-            return Some(b);
-        }
-        // one space, as after the `:` and `,` of most traces
-        if b == b' ' {
-            let next = *self.buf.get(self.i + 1)?;
-            if next > b' ' {
-                self.i += 1;
-                return Some(next);
-            }
-        }
-        loop {
-            let b = *self.buf.get(self.i)?;
-            if !is_ws(b) {
-                return Some(b);
-            }
-            self.i += 1;
-        }
+        let (at, b) = after_ws(self.buf, self.i)?;
+        self.i = at;
+        Some(b)
     }
 
     /// The members of the object at the cursor (after white space): `member(self, key)`
@@ -296,11 +282,8 @@ impl<'a> Plain<'a> {
     /// A string without escapes; the cursor at its quote.
     #[inline(always)]
     fn string(&mut self) -> Option<StrSpan> {
+        let end = plain_string_end(self.buf, self.i)?;
         let start = self.i + 1;
-        let end = special_byte(self.buf, start)?;
-        if self.buf[end] != b'"' {
-            return None;
-        }
         self.i = end + 1;
         Some(StrSpan { start, end, escaped: false })
     }
@@ -339,35 +322,9 @@ impl<'a> Plain<'a> {
     /// A number as JSON writes it (not `NaN` or the infinities).
     #[inline(always)]
     fn number(&mut self) -> Option<Scalar> {
-        let buf = self.buf;
         let start = self.i;
-        let mut i = start + (buf[start] == b'-') as usize;
-        let digits = |mut i: usize| -> Option<usize> {
-            while buf.get(i)?.is_ascii_digit() {
-                i += 1;
-            }
-            Some(i)
-        };
-        match *buf.get(i)? {
-            b'0' => i += 1,
-            b'1'..=b'9' => i = digits(i + 1)?,
-            _ => return None,
-        }
-        if buf.get(i) == Some(&b'.') {
-            if !buf.get(i + 1)?.is_ascii_digit() {
-                return None;
-            }
-            i = digits(i + 2)?;
-        }
-        if matches!(buf.get(i), Some(b'e' | b'E')) {
-            i += 1 + matches!(buf.get(i + 1), Some(b'+' | b'-')) as usize;
-            if !buf.get(i)?.is_ascii_digit() {
-                return None;
-            }
-            i = digits(i + 1)?;
-        }
-        self.i = i;
-        Some(Scalar::Number { start, end: i })
+        self.i = number_end(self.buf, start).ok()?;
+        Some(Scalar::Number { start, end: self.i })
     }
 
     /// A grid or block value.
@@ -384,16 +341,12 @@ impl<'a> Plain<'a> {
     /// `args`: the fields [`read`] takes from it.
     #[inline(always)]
     fn args(&mut self, raw: &mut Raw, write_keys: &WriteKeys) -> Option<()> {
-        (raw.gni, raw.correlation, raw.args_name, raw.args_stream, raw.grid, raw.block) = (None, None, None, None, None, None);
-        (raw.stream_at, raw.node_at, raw.args_conflict) = (None, None, false);
+        raw.start_args();
         if self.buf[self.i] != b'{' {
-            raw.args_object = false;
-            raw.args_close = None;
             raw.args = Some(self.scalar()?);
             return Some(());
         }
         let start = self.i;
-        raw.args_object = true;
         let count = self.members(|r, key| {
             if write_keys.contains(key) {
                 raw.args_conflict = true;
@@ -411,9 +364,7 @@ impl<'a> Plain<'a> {
             }
             Some(())
         })?;
-        raw.args = Some(Scalar::Container { start, end: self.i });
-        raw.args_close = Some(self.i - 1);
-        raw.args_empty = count == 0;
+        raw.finish_args(start, self.i, count);
         Some(())
     }
 }

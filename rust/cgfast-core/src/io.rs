@@ -155,18 +155,18 @@ impl Window {
 
     /// The input from (decompressed) offset `start`.
     pub fn open_at(path: &Path, start: u64) -> io::Result<Window> {
-        Self::with(Chunks::open(path, start, false)?, start)
+        Ok(Self::with(Chunks::open(path, start, false)?, start))
     }
 
     /// The input, read ahead on a thread of its own while the caller works on what it
     /// holds: for a caller that leaves a core free.
     pub fn open_read_ahead(path: &Path) -> io::Result<Window> {
-        Self::with(Chunks::open(path, 0, true)?, 0)
+        Ok(Self::with(Chunks::open(path, 0, true)?, 0))
     }
 
-    fn with(chunks: Chunks, base: u64) -> io::Result<Window> {
+    fn with(chunks: Chunks, base: u64) -> Window {
         let data = if matches!(chunks.source, Source::Plain(_)) { vec![0; 2 * CHUNK] } else { Vec::new() };
-        Ok(Window { chunks, data, start: 0, filled: 0, base })
+        Window { chunks, data, start: 0, filled: 0, base }
     }
 
     pub fn bytes(&self) -> &[u8] {
@@ -684,7 +684,7 @@ fn write_member(file: File, done: Receiver<Compressed>) -> io::Result<()> {
 mod tests {
     use super::*;
 
-    /// Walk `path` with `window`, holding back tails of every size (none, small, over
+    /// Read all of `window`, holding back tails of every size (none, small, over
     /// the read-ahead headroom, over a chunk): what it holds is always the file's bytes.
     fn walk(mut window: Window, expected: &[u8]) {
         let tails = [0usize, 1, 7, 4096, HEADROOM, HEADROOM + 1, 300_000, CHUNK + 5];

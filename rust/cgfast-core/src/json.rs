@@ -107,8 +107,83 @@ fn special_byte_words(buf: &[u8], mut at: usize) -> (usize, Option<usize>) {
 }
 
 #[inline]
-pub(crate) fn is_ws(b: u8) -> bool {
+fn is_ws(b: u8) -> bool {
     matches!(b, b' ' | b'\n' | b'\r' | b'\t')
+}
+
+/// The first byte at or after `i` that is not white space, and where it is; `None` where
+/// `buf` ends first.
+#[inline(always)]
+pub(crate) fn after_ws(buf: &[u8], mut i: usize) -> Option<(usize, u8)> {
+    let b = *buf.get(i)?;
+    // white space is at most b' ': one comparison for the common case
+    if b > b' ' {
+        return Some((i, b));
+    }
+    // one space, as after the `:` and `,` of most traces
+    if b == b' ' {
+        let next = *buf.get(i + 1)?;
+        if next > b' ' {
+            return Some((i + 1, next));
+        }
+    }
+    loop {
+        let b = *buf.get(i)?;
+        if !is_ws(b) {
+            return Some((i, b));
+        }
+        i += 1;
+    }
+}
+
+/// The closing quote of the string whose opening quote is at `quote`, where its text
+/// holds no escape (and no control character); `None` otherwise, or where `buf` ends first.
+#[inline(always)]
+pub(crate) fn plain_string_end(buf: &[u8], quote: usize) -> Option<usize> {
+    special_byte(buf, quote + 1).filter(|&at| buf[at] == b'"')
+}
+
+/// The end of the number at `start`, as JSON writes numbers (not `NaN` or the
+/// infinities).
+#[inline(always)]
+pub(crate) fn number_end(buf: &[u8], start: usize) -> Scan<usize> {
+    let at = |i: usize| buf.get(i).copied().ok_or(ScanError::Incomplete);
+    let syntax = |at: usize, expected: &'static str| Err(ScanError::Syntax { at, expected });
+    let mut i = start;
+    if at(i)? == b'-' {
+        i += 1;
+    }
+    match at(i)? {
+        b'0' => i += 1,
+        b'1'..=b'9' => {
+            while at(i)?.is_ascii_digit() {
+                i += 1;
+            }
+        }
+        _ => return syntax(i, "a number"),
+    }
+    if at(i)? == b'.' {
+        i += 1;
+        if !at(i)?.is_ascii_digit() {
+            return syntax(i, "a digit");
+        }
+        while at(i)?.is_ascii_digit() {
+            i += 1;
+        }
+    }
+    if matches!(at(i)?, b'e' | b'E') {
+        i += 1;
+        if matches!(at(i)?, b'+' | b'-') {
+            i += 1;
+        }
+        if !at(i)?.is_ascii_digit() {
+            return syntax(i, "a digit");
+        }
+        while at(i)?.is_ascii_digit() {
+            i += 1;
+        }
+    }
+    Ok(i)
 }
 
 /// The end of the flat array of small unsigned integers (`[1, 2, 3]`) at `start`;
@@ -162,14 +237,16 @@ impl<'a> Cursor<'a> {
     /// The next byte that is not white space, not consumed.
     #[inline]
     pub fn peek(&mut self) -> Scan<u8> {
-        while let Some(&b) = self.buf.get(self.pos) {
-            // white space is at most b' ': one comparison for the common case
-            if b > b' ' || !is_ws(b) {
-                return Ok(b);
+        match after_ws(self.buf, self.pos) {
+            Some((at, b)) => {
+                self.pos = at;
+                Ok(b)
             }
-            self.pos += 1;
+            None => {
+                self.pos = self.buf.len();
+                Err(ScanError::Incomplete)
+            }
         }
-        Err(ScanError::Incomplete)
     }
 
     #[inline]
@@ -222,8 +299,8 @@ impl<'a> Cursor<'a> {
     #[inline(always)]
     fn key(&mut self) -> Scan<StrSpan> {
         if self.peek()? == b'"' {
-            let start = self.pos + 1;
-            if let Some(end) = special_byte(self.buf, start).filter(|&at| self.buf[at] == b'"') {
+            if let Some(end) = plain_string_end(self.buf, self.pos) {
+                let start = self.pos + 1;
                 self.pos = end + 1;
                 return Ok(StrSpan { start, end, escaped: false });
             }
@@ -280,54 +357,23 @@ impl<'a> Cursor<'a> {
 
     fn number(&mut self) -> Scan<(usize, usize)> {
         let start = self.pos;
-        let buf = self.buf;
-        let mut i = start;
-        let at = |i: usize| buf.get(i).copied().ok_or(ScanError::Incomplete);
-        if at(i)? == b'-' {
-            i += 1;
-            if at(i)? == b'I' {
-                self.pos = i;
-                self.literal(b"Infinity")?;
-                return Ok((start, self.pos));
-            }
+        if self.buf.get(start) == Some(&b'-') && self.buf.get(start + 1) == Some(&b'I') {
+            self.pos = start + 1;
+            self.literal(b"Infinity")?;
+            return Ok((start, self.pos));
         }
-        match at(i)? {
-            b'0' => i += 1,
-            b'1'..=b'9' => {
-                while at(i)?.is_ascii_digit() {
-                    i += 1;
+        match number_end(self.buf, start) {
+            Ok(end) => {
+                self.pos = end;
+                Ok((start, end))
+            }
+            Err(e) => {
+                if let ScanError::Syntax { at, .. } = e {
+                    self.pos = at;
                 }
-            }
-            _ => {
-                self.pos = i;
-                return self.syntax("a number");
+                Err(e)
             }
         }
-        if at(i)? == b'.' {
-            i += 1;
-            if !at(i)?.is_ascii_digit() {
-                self.pos = i;
-                return self.syntax("a digit");
-            }
-            while at(i)?.is_ascii_digit() {
-                i += 1;
-            }
-        }
-        if matches!(at(i)?, b'e' | b'E') {
-            i += 1;
-            if matches!(at(i)?, b'+' | b'-') {
-                i += 1;
-            }
-            if !at(i)?.is_ascii_digit() {
-                self.pos = i;
-                return self.syntax("a digit");
-            }
-            while at(i)?.is_ascii_digit() {
-                i += 1;
-            }
-        }
-        self.pos = i;
-        Ok((start, i))
     }
 
     fn literal(&mut self, word: &'static [u8]) -> Scan<()> {
