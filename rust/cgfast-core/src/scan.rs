@@ -561,10 +561,23 @@ pub fn scan(path: &Path, write_keys: &WriteKeys, progress: &mut dyn FnMut(u64, u
 fn guess_boundary(path: &Path, from: u64) -> std::io::Result<Option<(u64, u64)>> {
     use std::io::{Read, Seek, SeekFrom};
     let mut file = std::fs::File::open(path)?;
-    file.seek(SeekFrom::Start(from))?;
-    let mut buf = vec![0u8; 1 << 20];
-    let n = file.read(&mut buf)?;
-    let buf = &buf[..n];
+    // most events are short: look at a little first
+    for size in [64 << 10, 1 << 20] {
+        file.seek(SeekFrom::Start(from))?;
+        let mut buf = vec![0u8; size];
+        let n = file.read(&mut buf)?;
+        if let Some((start, end)) = boundary_in(&buf[..n]) {
+            return Ok(Some((from + start as u64, from + end as u64)));
+        }
+        if n < size {
+            break;
+        }
+    }
+    Ok(None)
+}
+
+/// The first `}` `,` `{` in `buf`: where the `{` is and where the element before ends.
+fn boundary_in(buf: &[u8]) -> Option<(usize, usize)> {
     let mut i = 0;
     while let Some(k) = memchr::memchr(b'}', &buf[i..]) {
         let close = i + k;
@@ -578,12 +591,12 @@ fn guess_boundary(path: &Path, from: u64) -> std::io::Result<Option<(u64, u64)>>
                 j += 1;
             }
             if buf.get(j) == Some(&b'{') {
-                return Ok(Some((from + j as u64, from + close as u64 + 1)));
+                return Some((j, close + 1));
             }
         }
         i = close + 1;
     }
-    Ok(None)
+    None
 }
 
 type Scanned = (TraceIndex, Layout);
@@ -591,7 +604,7 @@ type Scanned = (TraceIndex, Layout);
 /// Plain traces are cut into segments, shorter towards the end and none shorter than
 /// this, scanned by whichever thread is free, so that a slow stretch (or a busy core)
 /// does not hold the others up.
-const SEGMENT_BYTES: u64 = 32 << 20;
+const SEGMENT_BYTES: u64 = 4 << 20;
 /// About the fewest bytes a tracked event or flow takes as profilers write them (where
 /// they take fewer, the reserved room runs out and the vectors grow).
 const MIN_EVENT_BYTES: u64 = 64;
@@ -816,14 +829,31 @@ mod tests {
     #[test]
     fn segments_shorten_towards_the_end() {
         let mb = 1 << 20;
-        let cuts = segment_cuts(1000 * mb, 2, 32 * mb);
+        let cuts = segment_cuts(1000 * mb, 2, SEGMENT_BYTES);
         let sizes: Vec<u64> = cuts.windows(2).map(|w| w[1] - w[0]).collect();
         assert_eq!(cuts[0], 250 * mb, "a quarter of the trace first");
         assert!(sizes.windows(2).all(|w| w[1] <= w[0]), "{sizes:?}");
-        assert!(sizes.iter().all(|&s| s >= 32 * mb));
-        assert!(1000 * mb - cuts.last().unwrap() < 48 * mb, "the last segment is short");
+        assert!(sizes.iter().all(|&s| s >= SEGMENT_BYTES));
+        assert!(1000 * mb - cuts.last().unwrap() < SEGMENT_BYTES * 3 / 2, "the last segment is short");
         assert!(segment_cuts(mb, 2, mb).is_empty(), "one segment when it would be as short as the rest");
         assert_eq!(segment_cuts(1 << 40, 2, 1).len() + 1, MAX_SEGMENTS);
+    }
+
+    #[test]
+    fn boundaries_are_found_past_long_events() {
+        assert_eq!(boundary_in(b"1}, {\"a\""), Some((4, 2)));
+        assert_eq!(boundary_in(b"x} ,\n\t{"), Some((6, 2)));
+        assert_eq!(boundary_in(b"}}, 1, {"), None);
+        assert_eq!(boundary_in(b"}, "), None);
+        let long = format!(r#"{{"ph": "X", "name": "{}"}}"#, "n".repeat(300 << 10));
+        let short = r#"{"ph": "X", "name": "m"}"#;
+        let dir = tempfile::tempdir().unwrap();
+        let (path, _) = trace_file(dir.path(), "t.json", &[&long, short, short]);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let second = text.find(short).unwrap() as u64;
+        assert_eq!(guess_boundary(&path, 40).unwrap(), Some((second, second - 3)), "a boundary beyond the first look");
+        assert_eq!(guess_boundary(&path, second + 1).unwrap().map(|b| b.0), Some(second + short.len() as u64 + 3));
+        assert_eq!(guess_boundary(&path, text.len() as u64 - 10).unwrap(), None);
     }
 
     #[test]
