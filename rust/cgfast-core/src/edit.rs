@@ -77,9 +77,12 @@ fn push_members(out: &mut Vec<u8>, members: &[Set<'_>], first: bool) {
 }
 
 /// Apply `edits` by splicing at `places` (recorded by the scan), without parsing;
-/// `false` (nothing written) when the places cannot take them. Allocates nothing.
-pub fn splice(event: &[u8], places: &Places, edits: &EventEdits<'_>, out: &mut Vec<u8>) -> bool {
-    if !places.exact || event.last() != Some(&b'}') || (!edits.args.is_empty() && places.args_close == u16::MAX) {
+/// `false` (nothing written) when the places cannot take them. `args_run` is more
+/// members for `args`, rendered (`"k": v, ...`), that go after those `edits.args`
+/// appends: the caller keeps their keys out of `edits.args`, and the writes that
+/// would follow them in dict order too. Allocates nothing.
+pub fn splice(event: &[u8], places: &Places, edits: &EventEdits<'_>, args_run: &str, out: &mut Vec<u8>) -> bool {
+    if !places.exact || event.last() != Some(&b'}') || ((!edits.args.is_empty() || !args_run.is_empty()) && places.args_close == u16::MAX) {
         return false;
     }
     let in_place = |key: &str| match key {
@@ -112,12 +115,18 @@ pub fn splice(event: &[u8], places: &Places, edits: &EventEdits<'_>, out: &mut V
     }
     let replaced = &mut replaced[..n];
     replaced.sort_unstable_by_key(|r| r.0);
-    let args_new = distinct(&edits.args).any(|w| !in_args(w.key).is_some());
+    let args_new = !args_run.is_empty() || distinct(&edits.args).any(|w| !in_args(w.key).is_some());
     let append_args = |out: &mut Vec<u8>| {
         let mut first = places.args_empty;
         for w in distinct(&edits.args).filter(|w| !in_args(w.key).is_some()) {
             push_member(out, w.quoted_key, last_value(&edits.args, w.key), first);
             first = false;
+        }
+        if !args_run.is_empty() {
+            if !first {
+                out.extend_from_slice(b", ");
+            }
+            out.extend_from_slice(args_run.as_bytes());
         }
     };
     let args_close = places.args_close as usize;
@@ -297,7 +306,7 @@ mod tests {
             args: vec![set("name", "\"mlp\""), set("stream", "\"60\""), set("stream", "60")],
         };
         let mut spliced = Vec::new();
-        assert!(splice(e.as_bytes(), &places, &edits, &mut spliced));
+        assert!(splice(e.as_bytes(), &places, &edits, "", &mut spliced));
         let mut parsed = Vec::new();
         assert!(Editor::default().apply(e.as_bytes(), &edits, &mut parsed));
         assert_eq!(String::from_utf8(spliced).unwrap(), String::from_utf8(parsed).unwrap());

@@ -25,3 +25,4 @@ pub mod summary;
 pub mod trace;
 pub mod unicode;
 pub mod value;
+pub mod writes;

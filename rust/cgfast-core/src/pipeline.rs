@@ -16,6 +16,7 @@ use crate::recover::{self, Recover, Recovery};
 use crate::rewrite::{self, Action, Change};
 use crate::scan::{self, ScanFailure, WriteKeys};
 use crate::trace::{Flow, NodeId, TraceIndex, NONE};
+use crate::writes::{args_writes, Writes};
 
 /// Plain outputs of traces from this size on bypass the page cache.
 const DIRECT_FROM: u64 = 64 << 20;
@@ -126,7 +127,7 @@ pub fn annotate_file(
         if timing {
             let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
             let memory: Vec<&str> = status.lines().filter(|l| l.starts_with("VmHWM") || l.starts_with("VmRSS")).collect();
-            eprintln!("cgfast timing: {what} at {:.3} s {}", started.elapsed().as_secs_f64(), memory.join(" ").split_whitespace().collect::<Vec<_>>().join(" "));
+            eprintln!("cgfast timing: {what} at {:.3} s, {:.3} s of CPU, {}", started.elapsed().as_secs_f64(), cpu_seconds(), memory.join(" ").split_whitespace().collect::<Vec<_>>().join(" "));
         }
     };
     mark("scanned");
@@ -168,7 +169,7 @@ pub fn annotate_file(
     let mut rewriting = Rewriting {
         index: &index,
         layout: &layout,
-        writes: quoted(&resolved),
+        writes: resolved.iter().map(|(&node, r)| (node, Writes::new(&r.writes))).collect(),
         lane_json: (0..index.keys.count() as KeyId).map(|id| index.keys.to_json(index.keys.key(id))).collect(),
         editor: Editor::default(),
         ts_text: String::new(),
@@ -213,6 +214,20 @@ fn annotate_and_fix(index: &mut TraceIndex, resolved: &HashMap<NodeId, Resolved>
     (annotated, moved, fixed)
 }
 
+/// User and system time of the whole process so far.
+fn cpu_seconds() -> f64 {
+    #[cfg(unix)]
+    {
+        // SAFETY: getrusage fills the struct it is given.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } == 0 {
+            let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+            return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+        }
+    }
+    f64::NAN
+}
+
 fn describe_io(e: &std::io::Error) -> String {
     match e.kind() {
         std::io::ErrorKind::NotFound => "no such file".into(),
@@ -246,18 +261,6 @@ fn thread_name_event(index: &TraceIndex, annotated: &passes::Annotated, (tid, sp
         index.keys.to_json_spelled(tid, spelling),
         quote(&format!("stream {}", index.keys.py_str_spelled(tid, spelling)))
     )
-}
-
-/// An annotation's writes as JSON text, made once per node.
-struct QuotedWrites {
-    writes: Vec<(String, String, String)>,
-}
-
-fn quoted(resolved: &HashMap<NodeId, Resolved>) -> HashMap<NodeId, QuotedWrites> {
-    resolved
-        .iter()
-        .map(|(&node, r)| (node, QuotedWrites { writes: r.writes.iter().map(|(k, v)| (k.clone(), quote(k), quote(v))).collect() }))
-        .collect()
 }
 
 /// Where a flow-finish event ends: its event's final lane and start.
@@ -309,7 +312,7 @@ fn merge_by_ordinal(a: impl Iterator<Item = Change>, b: impl Iterator<Item = Cha
 struct Rewriting<'a> {
     index: &'a TraceIndex,
     layout: &'a scan::Layout,
-    writes: HashMap<NodeId, QuotedWrites>,
+    writes: HashMap<NodeId, Writes>,
     lane_json: Vec<String>,
     editor: Editor,
     ts_text: String,
@@ -350,16 +353,21 @@ impl Rewriting<'_> {
         }
         if let Some(n) = node {
             write!(self.node_text, "{n}").expect("writing to a String");
-            edits.args.push(Set { key: "graph node id", quoted_key: "\"graph node id\"", value: &self.node_text });
         }
-        if let Some(w) = annotation.and_then(|n| self.writes.get(&n)) {
-            edits.args.extend(w.writes.iter().map(|(k, qk, v)| Set { key: k, quoted_key: qk, value: v }));
-        }
-        if let Some(lane) = stream {
-            edits.args.push(Set { key: "stream", quoted_key: "\"stream\"", value: &self.lane_json[lane as usize] });
-        }
-        if !edit::splice(original, &places, &edits, out) && !self.editor.apply(original, &edits, out) {
-            out.extend_from_slice(original);
+        let writes = annotation.and_then(|n| self.writes.get(&n));
+        // the writes to keys spliced in place, and the rest as one run, where it fits
+        let run = writes.filter(|w| w.run_fits(&places, stream.is_some()));
+        let node_text = node.map(|_| self.node_text.as_str());
+        let lane_text = stream.map(|lane| self.lane_json[lane as usize].as_str());
+        args_writes(&mut edits.args, node_text, writes, run.is_none(), lane_text);
+        if !edit::splice(original, &places, &edits, run.map_or("", |w| &w.run), out) {
+            // where a splice fails, it fails for the writes in any form
+            if run.is_some() {
+                args_writes(&mut edits.args, node_text, writes, true, lane_text);
+            }
+            if !self.editor.apply(original, &edits, out) {
+                out.extend_from_slice(original);
+            }
         }
         self.edits = EventEdits { top: recycle(edits.top), args: recycle(edits.args) };
     }

@@ -707,8 +707,14 @@ pub fn is_graph_launch(name: &str) -> bool {
 
 #[cfg(test)]
 mod size_tests {
+    use std::mem::size_of;
+
+    /// Memory grows by these with every tracked event and flow.
     #[test]
-    fn sizes() {
-        eprintln!("Tracked {} Flow {} Span {} Places {}", std::mem::size_of::<super::Tracked>(), std::mem::size_of::<super::Flow>(), std::mem::size_of::<crate::scan::Span>(), std::mem::size_of::<crate::scan::Places>());
+    fn index_entries_stay_small() {
+        assert!(size_of::<super::Tracked>() <= 80);
+        assert!(size_of::<super::Flow>() <= 32);
+        assert!(size_of::<crate::scan::Span>() <= 16);
+        assert!(size_of::<crate::scan::Places>() <= 20);
     }
 }
