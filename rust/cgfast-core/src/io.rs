@@ -282,6 +282,8 @@ pub fn read_all(path: &Path) -> io::Result<Vec<u8>> {
 pub struct AtomicFile {
     output: Output,
     target: PathBuf,
+    /// Whether room was reserved past what gets written.
+    reserved: bool,
 }
 
 enum Output {
@@ -299,7 +301,7 @@ impl AtomicFile {
         }
         if existing.as_ref().is_some_and(|m| !m.is_file()) {
             let special = std::fs::OpenOptions::new().write(true).open(target)?;
-            return Ok(AtomicFile { output: Output::InPlace(special), target: target.to_path_buf() });
+            return Ok(AtomicFile { output: Output::InPlace(special), target: target.to_path_buf(), reserved: false });
         }
         let dir = match target.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -319,7 +321,20 @@ impl AtomicFile {
         if let Some(meta) = existing {
             temp.as_file().set_permissions(meta.permissions())?;
         }
-        Ok(AtomicFile { output: Output::Temporary(temp), target: target.to_path_buf() })
+        Ok(AtomicFile { output: Output::Temporary(temp), target: target.to_path_buf(), reserved: false })
+    }
+
+    /// Reserve blocks for about `bytes` of output where the file system can: buffered
+    /// writes into them skip ext4's page by page bookkeeping of delayed allocation
+    /// (10-15 ms of a 200 MB rewrite). What is not written is given back on commit.
+    pub fn reserve(&mut self, bytes: u64) {
+        #[cfg(target_os = "linux")]
+        if let Output::Temporary(temp) = &self.output {
+            use std::os::fd::AsRawFd;
+            let Ok(len) = libc::off_t::try_from(bytes) else { return };
+            // SAFETY: a descriptor this owns; where it fails, nothing was reserved.
+            self.reserved = unsafe { libc::fallocate(temp.as_file().as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, 0, len) } == 0;
+        }
     }
 
     pub fn file(&self) -> &File {
@@ -336,6 +351,11 @@ impl AtomicFile {
 
     pub fn commit(self) -> io::Result<()> {
         if let Output::Temporary(temp) = self.output {
+            if self.reserved {
+                // cut at its own length, a file gives back the blocks past its end
+                let file = temp.as_file();
+                file.set_len(file.metadata()?.len())?;
+            }
             // Renamed over an existing file, ext4 writes the new one out first (its
             // `auto_da_alloc`): a tenth of a second per 200 MB. Exchanged with it, the
             // old one is left under the temporary's name, which dropping it removes.
@@ -383,6 +403,22 @@ mod atomic_file_tests {
         out.file().write_all(b"{}").unwrap();
         out.commit().unwrap();
         assert!(std::fs::metadata(null).unwrap().file_type().is_char_device(), "/dev/null is still the device");
+    }
+
+    #[test]
+    fn reserved_room_that_is_not_written_is_given_back() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("out.json");
+        let mut out = AtomicFile::create(&target).unwrap();
+        out.reserve(8 << 20);
+        let reserved = out.file().metadata().unwrap().blocks() * 512;
+        out.file().write_all(&[b' '; 100_000]).unwrap();
+        out.commit().unwrap();
+        let meta = std::fs::metadata(&target).unwrap();
+        assert_eq!(meta.len(), 100_000);
+        assert!(meta.blocks() * 512 < 1 << 20, "{} bytes allocated (reserved: {reserved})", meta.blocks() * 512);
+        assert!(reserved == 0 || reserved >= 8 << 20, "room was reserved where the file system could");
     }
 
     #[test]

@@ -114,7 +114,7 @@ pub fn annotate_file(
     let shown = input.display().to_string();
     std::fs::metadata(input).map_err(|e| fail(format!("{shown}: {}", describe_io(&e))))?;
     // the output's temporary before reading: a bad -o fails at once
-    let out_file = AtomicFile::create(output).map_err(|e| fail(format!("{}: cannot write: {}", output.display(), describe_io(&e))))?;
+    let mut out_file = AtomicFile::create(output).map_err(|e| fail(format!("{}: cannot write: {}", output.display(), describe_io(&e))))?;
     let write_keys = WriteKeys::new(annotations.write_keys());
     let (mut index, layout) = scan::scan(input, &write_keys, &mut |done, total| progress(Phase::Reading, done, total)).map_err(|e| match e {
         ScanFailure::Io(err) => fail(format!("{shown}: {}", describe_io(&err))),
@@ -177,8 +177,13 @@ pub fn annotate_file(
         edits: EventEdits::default(),
     };
 
+    let large = out_file.is_regular() && layout.total_len >= DIRECT_FROM;
+    if large && !is_gzip_path(output) {
+        // annotations make events longer: room for an eighth more
+        out_file.reserve(layout.total_len + layout.total_len / 8);
+    }
     let sink_file = out_file.file().try_clone().map_err(|e| fail(format!("{}: {e}", output.display())))?;
-    let mut sink = Sink::new(sink_file, is_gzip_path(output), options.gzip_level, out_file.is_regular() && layout.total_len >= DIRECT_FROM);
+    let mut sink = Sink::new(sink_file, is_gzip_path(output), options.gzip_level, large);
     let mut edit = |id: usize, original: &[u8], out: &mut Vec<u8>| rewriting.edit(id, original, out);
     rewrite::rewrite(input, &layout, changes(&index, &layout), &mut edit, &appended, &mut sink, &mut |done, total| progress(Phase::Writing, done, total))
         .and_then(|_| sink.finish())
