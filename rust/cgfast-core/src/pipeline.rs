@@ -197,14 +197,24 @@ pub fn annotate_file(
     Ok(report)
 }
 
-/// The three passes. The lane passes decide on a second thread while the annotate pass
-/// moves flows and removes noise (they read only the lanes it gave the events before;
-/// the flows' table is gone by then, which keeps the two within the memory of one).
+/// The three passes. Once the events have their lanes, the lane passes gather their
+/// events on a second thread while the annotate pass finds the flows they move, then
+/// decide there while it moves flows and removes noise (they read only the lanes it
+/// gave the events before).
 fn annotate_and_fix(index: &mut TraceIndex, resolved: &HashMap<NodeId, Resolved>, options: &Options) -> (passes::Annotated, u64, passes::Fixed) {
     let link = FlowLink::Follow;
     let annotated = passes::relane(index, resolved, options.default_stream, link);
-    let visits = passes::FlowVisits::find(index, link);
-    let plan = LanePlan::gather(index, options.default_stream, options.overlap_stream, options.max_adjust_us);
+    let gather = |index: &TraceIndex| LanePlan::gather(index, options.default_stream, options.overlap_stream, options.max_adjust_us);
+    let (visits, plan) = if crate::io::threads() > 1 {
+        let index = &*index;
+        std::thread::scope(|scope| {
+            let gathering = scope.spawn(|| gather(index));
+            let visits = passes::FlowVisits::find(index, link);
+            (visits, gathering.join().ok().flatten())
+        })
+    } else {
+        (passes::FlowVisits::find(index, link), gather(index))
+    };
     let (annotated, decided) = if crate::io::threads() > 1 {
         std::thread::scope(|scope| {
             let deciding = plan.map(|plan| scope.spawn(move || plan.decide()));
