@@ -18,8 +18,9 @@ use crate::scan::{self, ScanFailure, WriteKeys};
 use crate::trace::{Flow, NodeId, TraceIndex, NONE};
 use crate::writes::{args_writes, Writes};
 
-/// Plain outputs of traces from this size on bypass the page cache.
-const DIRECT_FROM: u64 = 64 << 20;
+/// Plain outputs of traces from this size on get their blocks reserved, and bypass the
+/// page cache where buffered writing is slow (see [`crate::direct_io`]).
+const LARGE_FROM: u64 = 64 << 20;
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -179,7 +180,7 @@ pub fn annotate_file(
         edits: EventEdits::default(),
     };
 
-    let large = out_file.is_regular() && layout.total_len >= DIRECT_FROM;
+    let large = out_file.is_regular() && layout.total_len >= LARGE_FROM;
     if large && !is_gzip_path(output) {
         // annotations make events longer: room for an eighth more
         out_file.reserve(layout.total_len + layout.total_len / 8);
