@@ -181,12 +181,13 @@ pub fn annotate_file(
     };
 
     let large = out_file.is_regular() && layout.total_len >= LARGE_FROM;
-    if large && !is_gzip_path(output) {
+    let gzip = is_gzip_path(output);
+    if large && !gzip {
         // annotations make events longer: room for an eighth more
         out_file.reserve(layout.total_len + layout.total_len / 8);
     }
     let sink_file = out_file.file().try_clone().map_err(|e| fail(format!("{}: {e}", output.display())))?;
-    let mut sink = Sink::new(sink_file, is_gzip_path(output), options.gzip_level, large);
+    let mut sink = Sink::new(sink_file, gzip, options.gzip_level, large);
     let mut edit = |id: usize, original: &[u8], out: &mut Vec<u8>| rewriting.edit(id, original, out);
     rewrite::rewrite(input, &layout, changes(&index, &layout), &mut edit, &appended, &mut sink, &mut |done, total| progress(Phase::Writing, done, total))
         .and_then(|_| sink.finish())
@@ -206,7 +207,8 @@ fn annotate_and_fix(index: &mut TraceIndex, resolved: &HashMap<NodeId, Resolved>
     let link = FlowLink::Follow;
     let annotated = passes::relane(index, resolved, options.default_stream, link);
     let gather = |index: &TraceIndex| LanePlan::gather(index, options.default_stream, options.overlap_stream, options.max_adjust_us);
-    let (visits, plan) = if crate::io::threads() > 1 {
+    let parallel = crate::io::threads() > 1;
+    let (visits, plan) = if parallel {
         let index = &*index;
         std::thread::scope(|scope| {
             let gathering = scope.spawn(|| gather(index));
@@ -216,7 +218,7 @@ fn annotate_and_fix(index: &mut TraceIndex, resolved: &HashMap<NodeId, Resolved>
     } else {
         (passes::FlowVisits::find(index, link), gather(index))
     };
-    let (annotated, decided) = if crate::io::threads() > 1 {
+    let (annotated, decided) = if parallel {
         std::thread::scope(|scope| {
             let deciding = plan.map(|plan| scope.spawn(move || plan.decide()));
             let annotated = passes::after_relane(index, link, annotated, visits);
