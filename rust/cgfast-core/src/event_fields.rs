@@ -257,26 +257,44 @@ impl<'a> Plain<'a> {
                 return None;
             }
             let key = self.string()?;
-            if self.peek()? != b':' {
-                return None;
-            }
-            self.i += 1;
-            self.peek()?;
+            self.separator(b':')?;
             let buf = self.buf;
             member(self, &buf[key.start..key.end])?;
             count += 1;
-            match self.peek()? {
-                b',' => {
-                    self.i += 1;
-                    self.peek()?;
-                }
-                b'}' => {
+            match self.buf.get(self.i) {
+                Some(b',') => self.separator(b',')?,
+                Some(b'}') => {
                     self.i += 1;
                     return Some(count);
                 }
-                _ => return None,
+                _ => match self.peek()? {
+                    b',' => self.separator(b',')?,
+                    b'}' => {
+                        self.i += 1;
+                        return Some(count);
+                    }
+                    _ => return None,
+                },
             }
         }
+    }
+
+    /// `sep` (after white space) and the white space after it; the cursor then at the
+    /// next byte. Profilers write `sep` and one space: that is looked for first.
+    #[inline(always)]
+    fn separator(&mut self, sep: u8) -> Option<()> {
+        if let Some(&[s, b' ', next]) = self.buf.get(self.i..self.i + 3) {
+            if s == sep && next > b' ' {
+                self.i += 2;
+                return Some(());
+            }
+        }
+        if self.peek()? != sep {
+            return None;
+        }
+        self.i += 1;
+        self.peek()?;
+        Some(())
     }
 
     /// A string without escapes; the cursor at its quote.
