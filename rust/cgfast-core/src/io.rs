@@ -155,17 +155,32 @@ impl Window {
 
     /// The input from (decompressed) offset `start`.
     pub fn open_at(path: &Path, start: u64) -> io::Result<Window> {
-        Ok(Self::with(Chunks::open(path, start, false)?, start))
+        Self::open_at_in(path, start, Vec::new())
+    }
+
+    /// As [`Window::open_at`], holding the input in `buffer` (what an earlier window
+    /// gave back with [`Window::into_buffer`]): its memory is already mapped and zeroed.
+    pub fn open_at_in(path: &Path, start: u64, buffer: Vec<u8>) -> io::Result<Window> {
+        Ok(Self::with(Chunks::open(path, start, false)?, start, buffer))
+    }
+
+    /// The buffer, for the next window.
+    pub fn into_buffer(self) -> Vec<u8> {
+        self.data
     }
 
     /// The input, read ahead on a thread of its own while the caller works on what it
     /// holds: for a caller that leaves a core free.
     pub fn open_read_ahead(path: &Path) -> io::Result<Window> {
-        Ok(Self::with(Chunks::open(path, 0, true)?, 0))
+        Ok(Self::with(Chunks::open(path, 0, true)?, 0, Vec::new()))
     }
 
-    fn with(chunks: Chunks, base: u64) -> Window {
-        let data = if matches!(chunks.source, Source::Plain(_)) { vec![0; 2 * CHUNK] } else { Vec::new() };
+    fn with(chunks: Chunks, base: u64, buffer: Vec<u8>) -> Window {
+        let data = match chunks.source {
+            Source::Plain(_) if buffer.len() >= 2 * CHUNK => buffer,
+            Source::Plain(_) => vec![0; 2 * CHUNK],
+            Source::Ahead(_) => Vec::new(),
+        };
         Window { chunks, data, start: 0, filled: 0, base }
     }
 

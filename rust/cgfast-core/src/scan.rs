@@ -46,20 +46,12 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// Room for `events` tracked events and `flows` flows in all.
-    fn reserve(&mut self, events: usize, flows: usize) {
-        self.event_spans.reserve(events.saturating_sub(self.event_spans.len()));
-        self.event_places.reserve(events.saturating_sub(self.event_places.len()));
-        self.flow_spans.reserve(flows.saturating_sub(self.flow_spans.len()));
-        self.flow_places.reserve(flows.saturating_sub(self.flow_places.len()));
-    }
-
-    /// Add the layout of the segment after this one.
-    fn append(&mut self, next: Layout) {
-        self.event_spans.extend(next.event_spans);
-        self.flow_spans.extend(next.flow_spans);
-        self.event_places.extend(next.event_places);
-        self.flow_places.extend(next.flow_places);
+    /// Add the layout of the segment after this one, leaving its vectors empty.
+    fn append(&mut self, next: &mut Layout) {
+        self.event_spans.append(&mut next.event_spans);
+        self.flow_spans.append(&mut next.flow_spans);
+        self.event_places.append(&mut next.event_places);
+        self.flow_places.append(&mut next.flow_places);
         self.elements += next.elements;
         self.array_close = next.array_close;
         self.total_len = next.total_len;
@@ -487,9 +479,16 @@ impl<'k> Segment<'k> {
         Ok(Step::Go)
     }
 
-    /// Scan from `start` (an offset of the file) to the segment's stop or the end.
-    fn run(&mut self, path: &Path, start: u64, progress: &dyn Fn(u64, u64)) -> Result<(), ScanFailure> {
-        let mut window = Window::open_at(path, start)?;
+    /// Scan from `start` (an offset of the file) to the segment's stop or the end,
+    /// reading through `buffer` (a window's, given back for the next segment).
+    fn run(&mut self, path: &Path, start: u64, buffer: &mut Vec<u8>, progress: &dyn Fn(u64, u64)) -> Result<(), ScanFailure> {
+        let mut window = Window::open_at_in(path, start, std::mem::take(buffer))?;
+        let scanned = self.run_in(&mut window, progress);
+        *buffer = window.into_buffer();
+        scanned
+    }
+
+    fn run_in(&mut self, window: &mut Window, progress: &dyn Fn(u64, u64)) -> Result<(), ScanFailure> {
         let mut pos: usize = 0;
         let mut eof = false;
         loop {
@@ -552,7 +551,7 @@ pub fn scan(path: &Path, write_keys: &WriteKeys, progress: &mut dyn FnMut(u64, u
     }
     let mut whole = Segment::new(write_keys, State::Start, None, None);
     let progress = std::cell::RefCell::new(progress);
-    whole.run(path, 0, &|done, total| (progress.borrow_mut())(done, total))?;
+    whole.run(path, 0, &mut Vec::new(), &|done, total| (progress.borrow_mut())(done, total))?;
     Ok((whole.index, whole.layout))
 }
 
@@ -601,22 +600,24 @@ fn boundary_in(buf: &[u8]) -> Option<(usize, usize)> {
 
 type Scanned = (TraceIndex, Layout);
 
-/// Plain traces are cut into segments, shorter towards the end and none shorter than
-/// this, scanned by whichever thread is free, so that a slow stretch (or a busy core)
-/// does not hold the others up.
+/// Plain traces are cut into segments, none shorter than this, scanned by whichever
+/// thread is free, so that a slow stretch (or a busy core) does not hold the others up.
 const SEGMENT_BYTES: u64 = 4 << 20;
 /// About the fewest bytes a tracked event or flow takes as profilers write them (where
 /// they take fewer, the reserved room runs out and the vectors grow).
 const MIN_EVENT_BYTES: u64 = 64;
-const MAX_SEGMENTS: usize = 64;
+const MAX_SEGMENTS: usize = 128;
 
-/// Where segments are cut: each takes about a `2 × threads`-th of what is left (none
-/// less than `min_bytes`), so that the last ones are short and the threads end together.
+/// Where segments are cut: each takes about a `2 × threads`-th of what is left, but
+/// none more than a half of `MAX_SEGMENTS`-th of the trace nor less than `min_bytes`.
+/// Short segments keep the joined index growing in order while the threads scan (see
+/// [`Joined`]); shorter ones at the end let the threads end together.
 fn segment_cuts(len: u64, threads: usize, min_bytes: u64) -> Vec<u64> {
     let mut cuts = Vec::new();
     let mut from = 0;
+    let most = min_bytes.max(len / (MAX_SEGMENTS as u64 / 2));
     while cuts.len() + 1 < MAX_SEGMENTS {
-        from += ((len - from) / (2 * threads as u64)).max(min_bytes);
+        from += ((len - from) / (2 * threads as u64)).clamp(min_bytes, most);
         if from + min_bytes / 2 >= len {
             break;
         }
@@ -642,13 +643,17 @@ fn scan_parallel(path: &Path, write_keys: &WriteKeys, threads: usize, segment_by
     let count = cuts.len() + 1;
     let done: Vec<AtomicU64> = (0..count).map(|_| AtomicU64::new(0)).collect();
     let next = AtomicUsize::new(0);
-    let results: Vec<std::sync::Mutex<Option<Result<Segment<'_>, ScanFailure>>>> = (0..count).map(|_| std::sync::Mutex::new(None)).collect();
+    let joined = std::sync::Mutex::new(Joined { scanned: None, next: 0, waiting: Vec::new(), failed: false });
+    // the emptied vectors of joined segments, for segments still to scan: their memory
+    // is already mapped
+    let spares = std::sync::Mutex::new(Vec::<Spare>::new());
     let (finished_tx, finished_rx) = std::sync::mpsc::channel::<()>();
     std::thread::scope(|scope| {
         for _ in 0..threads.min(count) {
             let finished = finished_tx.clone();
-            let (cuts, done, next, results) = (&cuts, &done, &next, &results);
+            let (cuts, done, next, joined, spares) = (&cuts, &done, &next, &joined, &spares);
             scope.spawn(move || {
+                let mut buffer = Vec::new();
                 loop {
                     let k = next.fetch_add(1, Ordering::Relaxed);
                     if k >= count {
@@ -656,17 +661,39 @@ fn scan_parallel(path: &Path, write_keys: &WriteKeys, threads: usize, segment_by
                     }
                     let (start, state, prev_end) = if k == 0 { (0, State::Start, None) } else { (cuts[k - 1].0, State::Event, Some(cuts[k - 1].1)) };
                     let stop = cuts.get(k).map(|c| c.0);
+                    let spare = lock(spares).pop();
                     let scanned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         let mut segment = Segment::new(write_keys, state, prev_end, stop);
-                        segment.make_room(stop.unwrap_or(len) - start);
-                        segment.run(path, start, &|d, _| done[k].store(d - start, Ordering::Relaxed)).map(|_| segment)
+                        if let Some(spare) = spare {
+                            spare.lend(&mut segment);
+                        }
+                        // the first segment's vectors take every other segment's entries;
+                        // the others' grow as they need, their room kept for the next
+                        if k == 0 {
+                            segment.make_room(len);
+                        }
+                        segment.run(path, start, &mut buffer, &|d, _| done[k].store(d - start, Ordering::Relaxed)).map(|_| segment)
                     }));
-                    let result = scanned.unwrap_or_else(|_| Err(ScanFailure::Invalid("a scanner thread failed".into(), None)));
-                    let failed = result.is_err();
-                    *results[k].lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
-                    if failed {
-                        // A split inside a string fails a segment: the single scan decides.
-                        next.store(count, Ordering::Relaxed);
+                    // a segment whose end is no element boundary (a split inside a
+                    // string, say) fails: the single scan decides
+                    let whole = match &scanned {
+                        Ok(Ok(s)) => !s.missed_stop && (k == 0 || s.layout.elements > 0) && (k + 1 == count || s.prev_end == Some(cuts[k].1)),
+                        _ => false,
+                    };
+                    match scanned {
+                        Ok(Ok(segment)) if whole => {
+                            let emptied = lock(joined).add(k, segment);
+                            let mut spares = lock(spares);
+                            if next.load(Ordering::Relaxed) < count {
+                                spares.extend(emptied);
+                            } else {
+                                spares.clear();
+                            }
+                        }
+                        _ => {
+                            lock(joined).failed = true;
+                            next.store(count, Ordering::Relaxed);
+                        }
                     }
                 }
                 let _ = finished.send(());
@@ -682,43 +709,61 @@ fn scan_parallel(path: &Path, write_keys: &WriteKeys, threads: usize, segment_by
             }
         }
     });
-    let mut segments = Vec::with_capacity(count);
-    for (k, r) in results.into_iter().enumerate() {
-        match r.into_inner().unwrap_or_else(|e| e.into_inner()) {
-            Some(Ok(s)) if !s.missed_stop && (k == 0 || s.layout.elements > 0) => segments.push(s),
-            _ => return Ok(None),
-        }
-    }
-    for (k, s) in segments.iter().enumerate().take(segments.len() - 1) {
-        if s.prev_end != Some(cuts[k].1) {
-            return Ok(None);
-        }
-    }
-    Ok(Some(join(segments)))
+    let joined = joined.into_inner().unwrap_or_else(|e| e.into_inner());
+    Ok(match joined.scanned {
+        Some(scanned) if !joined.failed && joined.next == count => Some(scanned),
+        _ => None,
+    })
 }
 
-/// The segments' indexes and layouts as one, in order.
-fn join(segments: Vec<Segment<'_>>) -> Scanned {
-    let mut parts = segments.into_iter();
-    let first = parts.next().expect("at least one segment");
-    let (mut index, mut layout) = (first.index, first.layout);
-    let (mut indexes, mut layouts) = (Vec::new(), Vec::new());
-    let mut offset = layout.elements;
-    for part in parts {
-        indexes.push((part.index, offset as u32));
-        offset += part.layout.elements;
-        layouts.push(part.layout);
-    }
-    std::thread::scope(|scope| {
-        scope.spawn(|| index.append_all(indexes));
-        let events: usize = layouts.iter().map(|l| l.event_spans.len()).sum();
-        let flows: usize = layouts.iter().map(|l| l.flow_spans.len()).sum();
-        layout.reserve(layout.event_spans.len() + events, layout.flow_spans.len() + flows);
-        for part in layouts {
-            layout.append(part);
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The segments scanned so far, joined in order as each one's turn comes.
+struct Joined<'k> {
+    scanned: Option<Scanned>,
+    /// The segment whose turn it is, and those that finished before theirs.
+    next: usize,
+    waiting: Vec<(usize, Segment<'k>)>,
+    failed: bool,
+}
+
+impl<'k> Joined<'k> {
+    /// Segment `k`, scanned: joined, with any that waited for it. Returns the vectors
+    /// of those joined, emptied.
+    fn add(&mut self, k: usize, segment: Segment<'k>) -> Vec<Spare> {
+        let mut emptied = Vec::new();
+        self.waiting.push((k, segment));
+        while let Some(at) = self.waiting.iter().position(|(k, _)| *k == self.next) {
+            let (_, mut segment) = self.waiting.swap_remove(at);
+            match &mut self.scanned {
+                None => self.scanned = Some((segment.index, segment.layout)),
+                Some((index, layout)) => {
+                    index.append(&mut segment.index, layout.elements as u32);
+                    layout.append(&mut segment.layout);
+                    let Layout { event_spans, flow_spans, event_places, flow_places, .. } = segment.layout;
+                    let layout = Layout { event_spans, flow_spans, event_places, flow_places, ..Layout::default() };
+                    emptied.push(Spare { events: segment.index.events, flows: segment.index.flows, layout });
+                }
+            }
+            self.next += 1;
         }
-    });
-    (index, layout)
+        emptied
+    }
+}
+
+/// Empty vectors of a joined segment.
+struct Spare {
+    events: Vec<crate::trace::Tracked>,
+    flows: Vec<crate::trace::Flow>,
+    layout: Layout,
+}
+
+impl Spare {
+    fn lend(self, segment: &mut Segment<'_>) {
+        (segment.index.events, segment.index.flows, segment.layout) = (self.events, self.flows, self.layout);
+    }
 }
 
 #[cfg(test)]
@@ -790,7 +835,7 @@ mod tests {
     fn single(path: &Path) -> (TraceIndex, Layout) {
         let no_keys = WriteKeys::default();
         let mut whole = Segment::new(&no_keys, State::Start, None, None);
-        whole.run(path, 0, &|_, _| {}).unwrap();
+        whole.run(path, 0, &mut Vec::new(), &|_, _| {}).unwrap();
         (whole.index, whole.layout)
     }
 
@@ -827,14 +872,17 @@ mod tests {
     }
 
     #[test]
-    fn segments_shorten_towards_the_end() {
+    fn segments_are_short_and_shorten_towards_the_end() {
         let mb = 1 << 20;
         let cuts = segment_cuts(1000 * mb, 2, SEGMENT_BYTES);
         let sizes: Vec<u64> = cuts.windows(2).map(|w| w[1] - w[0]).collect();
-        assert_eq!(cuts[0], 250 * mb, "a quarter of the trace first");
+        assert_eq!(cuts[0], 1000 * mb / (MAX_SEGMENTS as u64 / 2), "none longer than a 64th of the trace");
         assert!(sizes.windows(2).all(|w| w[1] <= w[0]), "{sizes:?}");
+        assert!(sizes.iter().any(|&s| s < cuts[0]), "{sizes:?}");
         assert!(sizes.iter().all(|&s| s >= SEGMENT_BYTES));
         assert!(1000 * mb - cuts.last().unwrap() < SEGMENT_BYTES * 3 / 2, "the last segment is short");
+        let cuts = segment_cuts(200 * mb, 2, SEGMENT_BYTES);
+        assert!(cuts[0] == SEGMENT_BYTES && cuts.windows(2).all(|w| w[1] - w[0] == SEGMENT_BYTES), "{cuts:?}");
         assert!(segment_cuts(mb, 2, mb).is_empty(), "one segment when it would be as short as the rest");
         assert_eq!(segment_cuts(1 << 40, 2, 1).len() + 1, MAX_SEGMENTS);
     }

@@ -623,60 +623,38 @@ impl TraceIndex {
         Kept::Event(self.events.len() - 1)
     }
 
-    /// Room for `events` tracked events and `flows` flows in all.
-    pub fn reserve(&mut self, events: usize, flows: usize) {
-        self.events.reserve(events.saturating_sub(self.events.len()));
-        self.flows.reserve(flows.saturating_sub(self.flows.len()));
-    }
-
-    /// Add the indexes of the segments of `traceEvents` after this one, in order, each
-    /// with the element number of its first event. Events and flows are copied on two
-    /// threads.
-    pub fn append_all(&mut self, parts: Vec<(TraceIndex, u32)>) {
-        let mut renames = Vec::with_capacity(parts.len());
-        let (mut events, mut flows) = (Vec::with_capacity(parts.len()), Vec::with_capacity(parts.len()));
-        for (mut next, offset) in parts {
-            let keys: Vec<KeyId> = (0..next.keys.count() as KeyId).map(|id| self.keys.import(&next.keys, id)).collect();
-            let names: Vec<u32> = (0..next.names.len() as u32).map(|id| self.names.intern(next.names.get(id))).collect();
-            let shapes: Vec<u32> = next.shapes.iter().map(|gb| self.shape_id(*gb)).collect();
-            for (id, used) in next.untracked_lanes.iter().enumerate() {
-                if *used {
-                    self.use_lane(keys[id]);
-                }
+    /// Add the index of the segment of `traceEvents` after this one, whose first event
+    /// is element `offset`. Its events and flows move here: its vectors are left empty,
+    /// their room kept for another segment.
+    pub fn append(&mut self, next: &mut TraceIndex, offset: u32) {
+        let keys: Vec<KeyId> = (0..next.keys.count() as KeyId).map(|id| self.keys.import(&next.keys, id)).collect();
+        let names: Vec<u32> = (0..next.names.len() as u32).map(|id| self.names.intern(next.names.get(id))).collect();
+        let shapes: Vec<u32> = next.shapes.iter().map(|gb| self.shape_id(*gb)).collect();
+        for (id, used) in next.untracked_lanes.iter().enumerate() {
+            if *used {
+                self.use_lane(keys[id]);
             }
-            self.graph_launches.extend(std::mem::take(&mut next.graph_launches));
-            self.event_count += next.event_count;
-            events.push(std::mem::take(&mut next.events));
-            flows.push(std::mem::take(&mut next.flows));
-            renames.push(Renames { keys, names, shapes, offset });
         }
-        self.reserve(self.events.len() + events.iter().map(Vec::len).sum::<usize>(), self.flows.len() + flows.iter().map(Vec::len).sum::<usize>());
-        let (all_events, all_flows, renames) = (&mut self.events, &mut self.flows, &renames);
-        std::thread::scope(|scope| {
-            scope.spawn(move || {
-                for (part, r) in events.into_iter().zip(renames) {
-                    all_events.extend(part.into_iter().map(|mut e| {
-                        e.ordinal += r.offset;
-                        e.pid = r.key(e.pid);
-                        e.tid = r.key(e.tid);
-                        e.args_stream = r.key(e.args_stream);
-                        e.new_tid = r.key(e.new_tid);
-                        e.name = renamed(&r.names, e.name);
-                        e.shape = renamed(&r.shapes, e.shape);
-                        e
-                    }));
-                }
-            });
-            for (part, r) in flows.into_iter().zip(renames) {
-                all_flows.extend(part.into_iter().map(|mut f| {
-                    f.ordinal += r.offset;
-                    f.pid = r.key(f.pid);
-                    f.tid = r.key(f.tid);
-                    f.new_tid = r.key(f.new_tid);
-                    f
-                }));
-            }
-        });
+        self.graph_launches.extend(std::mem::take(&mut next.graph_launches));
+        self.event_count += next.event_count;
+        let r = Renames { keys, names, shapes, offset };
+        self.events.extend(next.events.drain(..).map(|mut e| {
+            e.ordinal += r.offset;
+            e.pid = r.key(e.pid);
+            e.tid = r.key(e.tid);
+            e.args_stream = r.key(e.args_stream);
+            e.new_tid = r.key(e.new_tid);
+            e.name = renamed(&r.names, e.name);
+            e.shape = renamed(&r.shapes, e.shape);
+            e
+        }));
+        self.flows.extend(next.flows.drain(..).map(|mut f| {
+            f.ordinal += r.offset;
+            f.pid = r.key(f.pid);
+            f.tid = r.key(f.tid);
+            f.new_tid = r.key(f.new_tid);
+            f
+        }));
     }
 
     fn shape_id(&mut self, gb: [u32; 6]) -> u32 {
