@@ -261,20 +261,13 @@ impl<'a> Plain<'a> {
             let buf = self.buf;
             member(self, &buf[key.start..key.end])?;
             count += 1;
-            match self.buf.get(self.i) {
-                Some(b',') => self.separator(b',')?,
-                Some(b'}') => {
+            match self.peek()? {
+                b',' => self.separator(b',')?,
+                b'}' => {
                     self.i += 1;
                     return Some(count);
                 }
-                _ => match self.peek()? {
-                    b',' => self.separator(b',')?,
-                    b'}' => {
-                        self.i += 1;
-                        return Some(count);
-                    }
-                    _ => return None,
-                },
+                _ => return None,
             }
         }
     }

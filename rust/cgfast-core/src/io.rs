@@ -159,7 +159,8 @@ impl Window {
     }
 
     /// As [`Window::open_at`], holding the input in `buffer` (what an earlier window
-    /// gave back with [`Window::into_buffer`]): its memory is already mapped and zeroed.
+    /// gave back with [`Window::into_buffer`]): its memory is already mapped, so it is
+    /// neither zeroed nor faulted in again.
     pub fn open_at_in(path: &Path, start: u64, buffer: Vec<u8>) -> io::Result<Window> {
         Ok(Self::with(Chunks::open(path, start, false)?, start, buffer))
     }

@@ -742,9 +742,7 @@ impl<'k> Joined<'k> {
                 Some((index, layout)) => {
                     index.append(&mut segment.index, layout.elements as u32);
                     layout.append(&mut segment.layout);
-                    let Layout { event_spans, flow_spans, event_places, flow_places, .. } = segment.layout;
-                    let layout = Layout { event_spans, flow_spans, event_places, flow_places, ..Layout::default() };
-                    emptied.push(Spare { events: segment.index.events, flows: segment.index.flows, layout });
+                    emptied.push(Spare::of(segment));
                 }
             }
             self.next += 1;
@@ -761,6 +759,13 @@ struct Spare {
 }
 
 impl Spare {
+    /// The vectors of a joined segment (emptied by joining it), without its counts.
+    fn of(segment: Segment<'_>) -> Spare {
+        let Layout { event_spans, flow_spans, event_places, flow_places, .. } = segment.layout;
+        let layout = Layout { event_spans, flow_spans, event_places, flow_places, ..Layout::default() };
+        Spare { events: segment.index.events, flows: segment.index.flows, layout }
+    }
+
     fn lend(self, segment: &mut Segment<'_>) {
         (segment.index.events, segment.index.flows, segment.layout) = (self.events, self.flows, self.layout);
     }
