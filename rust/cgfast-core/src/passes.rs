@@ -5,8 +5,9 @@
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use crate::annotations::Resolved;
+use crate::lane_plan::{self, LanePasses};
 use crate::key::{Key, KeyId, Num, Spelling};
-use crate::trace::{pack, unpack, Cat, Field, Kept, Node, NodeId, Ph, TraceIndex, Tracked, NONE};
+use crate::trace::{pack, unpack, Cat, Kept, Node, NodeId, Ph, TraceIndex, Tracked, NONE};
 
 /// Which flow-finish events follow a graphed event when it changes lanes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -357,14 +358,6 @@ pub(crate) fn is_lane_candidate(e: &Tracked, kernels_only: bool, odd: OddEvents)
     kind_ok && usable && !e.removed() && e.current_node().graphed()
 }
 
-/// Graphed work events the lane passes may reorder, by position in `index.events`.
-fn lane_candidates(index: &TraceIndex, kernels_only: bool, odd: OddEvents) -> Vec<u32> {
-    (0..index.events.len())
-        .filter(|&i| is_lane_candidate(&index.events[i], kernels_only, odd))
-        .map(|i| i as u32)
-        .collect()
-}
-
 /// A lane candidate with the fields the lane passes read, gathered in index order so
 /// that walking them in start order does not visit the index at random.
 #[derive(Clone, Copy)]
@@ -372,31 +365,47 @@ pub(crate) struct Timed {
     ts: u64,
     dur: u64,
     pub event: u32,
-    /// The lane, where the caller keeps its own table of lanes (`lane_plan`).
-    pub lane: u16,
-    flags: u8,
+    /// The lane, in the plan's own table of lanes, above four flag bits (so that a
+    /// candidate takes 24 bytes: the plan sorts all of them).
+    lane_flags: u32,
 }
 
-const TIMED_TS_INT: u8 = 1;
-const TIMED_DUR_INT: u8 = 2;
-const TIMED_DUR_ODD: u8 = 4;
-const TIMED_KERNEL: u8 = 8;
+const TIMED_TS_INT: u32 = 1;
+const TIMED_DUR_INT: u32 = 2;
+const TIMED_DUR_ODD: u32 = 4;
+const TIMED_KERNEL: u32 = 8;
+const TIMED_FLAG_BITS: u32 = 4;
+/// How many lanes a plan can number.
+pub(crate) const TIMED_LANES: u32 = 1 << (32 - TIMED_FLAG_BITS);
 
 impl Timed {
     pub fn new(event: usize, ts: Num, e: &Tracked) -> Timed {
-        let flag = |int: bool, flag: u8| if int { flag } else { 0 };
+        let flag = |int: bool, flag: u32| if int { flag } else { 0 };
         let ((ts, ts_int), (dur, dur_int)) = (pack(ts), pack(e.dur()));
         let odd = flag(e.dur_is_odd(), TIMED_DUR_ODD);
         let kernel = flag(e.cat == Cat::Kernel, TIMED_KERNEL);
-        Timed { ts, dur, event: event as u32, lane: 0, flags: flag(ts_int, TIMED_TS_INT) | flag(dur_int, TIMED_DUR_INT) | odd | kernel }
+        Timed { ts, dur, event: event as u32, lane_flags: flag(ts_int, TIMED_TS_INT) | flag(dur_int, TIMED_DUR_INT) | odd | kernel }
+    }
+
+    fn flags(&self) -> u32 {
+        self.lane_flags & ((1 << TIMED_FLAG_BITS) - 1)
+    }
+
+    pub fn lane(&self) -> u32 {
+        self.lane_flags >> TIMED_FLAG_BITS
+    }
+
+    /// Set the lane, below [`TIMED_LANES`].
+    pub fn set_lane(&mut self, lane: u32) {
+        self.lane_flags = lane << TIMED_FLAG_BITS | self.flags();
     }
 
     pub fn ts(&self) -> Num {
-        unpack(self.ts, self.flags & TIMED_TS_INT != 0)
+        unpack(self.ts, self.flags() & TIMED_TS_INT != 0)
     }
 
     pub fn is_kernel(&self) -> bool {
-        self.flags & TIMED_KERNEL != 0
+        self.flags() & TIMED_KERNEL != 0
     }
 
     fn event(&self) -> usize {
@@ -405,27 +414,11 @@ impl Timed {
 
     /// `ts + dur` from `start`, refused where `dur` is not a number.
     pub fn end_from(&self, start: Num) -> Result<Num, Refused> {
-        if self.flags & TIMED_DUR_ODD != 0 {
+        if self.flags() & TIMED_DUR_ODD != 0 {
             return Err(Refused { event: self.event(), why: Refusal::DurNotANumber });
         }
-        Ok(start.add(unpack(self.dur, self.flags & TIMED_DUR_INT != 0)))
+        Ok(start.add(unpack(self.dur, self.flags() & TIMED_DUR_INT != 0)))
     }
-}
-
-/// `events` with their start times, sorted stably like Python's `sorted`; refused where
-/// that sort or the first comparison with a number would fail.
-fn sorted_by_ts(index: &TraceIndex, events: Vec<u32>) -> Result<Vec<Timed>, Refused> {
-    if let Some(&event) = events.iter().find(|&&i| index.events[i as usize].ts_field() == Field::Missing) {
-        return Err(Refused { event: event as usize, why: Refusal::NoTs });
-    }
-    let mut timed = Vec::with_capacity(events.len());
-    for i in events.into_iter().map(|i| i as usize) {
-        let e = &index.events[i];
-        let ts = e.current_ts().ok_or(Refused { event: i, why: Refusal::TsNotANumber })?;
-        timed.push(Timed::new(i, ts, e));
-    }
-    sort_by_start(&mut timed, Timed::ts, Timed::event);
-    Ok(timed)
 }
 
 /// Sort stably by start like Python's `sorted`. Where every start is exact as a float
@@ -522,23 +515,9 @@ pub fn move_overlapping(index: &mut TraceIndex, default_stream: i64, overlap_str
 }
 
 /// `_move_overlapping_to_stream`: graphed kernels on `default_stream` that start
-/// before the previous one ended go to `overlap_stream`.
+/// before the previous one ended go to `overlap_stream` (see [`crate::lane_plan`]).
 pub fn move_overlapping_or_refuse(index: &mut TraceIndex, default_stream: i64, overlap_stream: i64, odd: OddEvents) -> Result<u64, Refused> {
-    let Some(lane) = index.keys.find(Key::Int(default_stream)) else { return Ok(0) };
-    let mut candidates = lane_candidates(index, true, odd);
-    candidates.retain(|&i| index.events[i as usize].current_tid() == lane);
-    let mut moving = Vec::new();
-    let mut walk = LaneWalk::new();
-    for t in sorted_by_ts(index, candidates)? {
-        if walk.overlaps(&t)? {
-            moving.push(t.event());
-        }
-    }
-    let overlap_lane = index.keys.id(Key::Int(overlap_stream));
-    for &i in &moving {
-        index.events[i].set_lane(overlap_lane);
-    }
-    Ok(moving.len() as u64)
+    lane_plan::run(index, LanePasses { overlap: Some((default_stream, overlap_stream)), max_adjust_us: None, odd }).moved
 }
 
 /// An overlap too large to be timestamp jitter, left as it is.
@@ -561,44 +540,11 @@ pub fn fix_timestamps(index: &mut TraceIndex, max_adjust_us: f64) -> Fixed {
     fix_timestamps_or_refuse(index, max_adjust_us, OddEvents::Skip).unwrap_or_default()
 }
 
-/// Candidates grouped by lane, lanes in order of first appearance (the order of the
-/// reference's dict of lanes).
-fn by_lane(index: &TraceIndex, candidates: Vec<u32>) -> Vec<Vec<u32>> {
-    let mut rank_of: HashMap<KeyId, usize> = HashMap::default();
-    let mut lanes: Vec<Vec<u32>> = Vec::new();
-    for i in candidates {
-        let next = lanes.len();
-        let rank = *rank_of.entry(index.events[i as usize].current_tid()).or_insert(next);
-        if rank == next {
-            lanes.push(Vec::new());
-        }
-        lanes[rank].push(i);
-    }
-    lanes
-}
-
 /// `_fix_overlapping_timestamps`: per lane, a graphed work event that starts at most
-/// `max_adjust_us` before the previous one ends is moved to that end.
+/// `max_adjust_us` before the previous one ends is moved to that end (see
+/// [`crate::lane_plan`]).
 pub fn fix_timestamps_or_refuse(index: &mut TraceIndex, max_adjust_us: f64, odd: OddEvents) -> Result<Fixed, Refused> {
-    let limit = Num::Float(max_adjust_us);
-    let mut out = Fixed::default();
-    let mut new_starts = Vec::new();
-    for lane in by_lane(index, lane_candidates(index, false, odd)) {
-        let mut walk = LaneWalk::new();
-        for t in sorted_by_ts(index, lane)? {
-            let i = t.event();
-            match walk.fix(&t, limit)? {
-                Fix::Kept => {}
-                Fix::Moved(to) => new_starts.push((i, to)),
-                Fix::TooLarge(overlap_us) => out.large.push(LargeOverlap { event: i, tid: index.events[i].current_tid(), overlap_us }),
-            }
-        }
-    }
-    out.fixed = new_starts.len() as u64;
-    for (i, ts) in new_starts {
-        index.events[i].set_ts(ts);
-    }
-    Ok(out)
+    lane_plan::run(index, LanePasses { overlap: None, max_adjust_us: Some(max_adjust_us), odd }).fixed
 }
 
 /// cgfast's fixes after the reference passes: flow arrows take their event's final

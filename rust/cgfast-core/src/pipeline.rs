@@ -10,8 +10,8 @@ use crate::edit::{self, Editor, EventEdits, Set};
 use crate::io::{is_gzip_path, AtomicFile, Sink};
 use crate::json::quote;
 use crate::key::{KeyId, Num, Spelling};
-use crate::lane_plan::LanePlan;
-use crate::passes::{self, FlowLink, LargeOverlap};
+use crate::lane_plan::{LanePasses, LanePlan};
+use crate::passes::{self, FlowLink, LargeOverlap, OddEvents};
 use crate::recover::{self, Recover, Recovery};
 use crate::rewrite::{self, Action, Change};
 use crate::scan::{self, ScanFailure, WriteKeys};
@@ -202,36 +202,34 @@ pub fn annotate_file(
 /// The three passes. Once the events have their lanes, the lane passes gather their
 /// events on a second thread while the annotate pass finds the flows they move, then
 /// decide there while it moves flows and removes noise (they read only the lanes it
-/// gave the events before).
+/// gave the events before). A plan holding metadata, which that pass may remove, is
+/// gathered again after it.
 fn annotate_and_fix(index: &mut TraceIndex, resolved: &HashMap<NodeId, Resolved>, options: &Options) -> (passes::Annotated, u64, passes::Fixed) {
     let link = FlowLink::Follow;
+    let lane_passes = LanePasses { overlap: Some((options.default_stream, options.overlap_stream)), max_adjust_us: Some(options.max_adjust_us), odd: OddEvents::Skip };
     let annotated = passes::relane(index, resolved, options.default_stream, link);
-    let gather = |index: &TraceIndex| LanePlan::gather(index, options.default_stream, options.overlap_stream, options.max_adjust_us);
     let parallel = crate::io::threads() > 1;
-    let (visits, plan) = if parallel {
-        let index = &*index;
-        std::thread::scope(|scope| {
-            let gathering = scope.spawn(|| gather(index));
-            let visits = passes::FlowVisits::find(index, link);
-            (visits, gathering.join().ok().flatten())
-        })
-    } else {
-        (passes::FlowVisits::find(index, link), gather(index))
-    };
-    let (annotated, decided) = if parallel {
-        std::thread::scope(|scope| {
-            let deciding = plan.map(|plan| scope.spawn(move || plan.decide()));
-            let annotated = passes::after_relane(index, link, annotated, visits);
-            (annotated, deciding.and_then(|d| d.join().ok().flatten()))
-        })
-    } else {
-        (passes::after_relane(index, link, annotated, visits), plan.and_then(LanePlan::decide))
-    };
-    let (moved, fixed) = match decided {
-        Some(decisions) => decisions.apply(index),
-        None => (passes::move_overlapping(index, options.default_stream, options.overlap_stream), passes::fix_timestamps(index, options.max_adjust_us)),
-    };
-    (annotated, moved, fixed)
+    let shared = &*index;
+    let (visits, plan) = both(parallel, || passes::FlowVisits::find(shared, link), || LanePlan::gather(shared, lane_passes));
+    let plan = Some(plan).filter(|plan| !plan.holds_metadata());
+    let (annotated, decided) = both(parallel, || passes::after_relane(index, link, annotated, visits), || plan.map(LanePlan::decide));
+    let decided = decided.unwrap_or_else(|| LanePlan::gather(index, lane_passes).decide());
+    let outcome = decided.apply(index);
+    // skipped odd events leave nothing to refuse
+    (annotated, outcome.moved.unwrap_or(0), outcome.fixed.unwrap_or_default())
+}
+
+/// `first()` and `second()`, the second on a thread of its own where `parallel`.
+fn both<A, B: Send>(parallel: bool, first: impl FnOnce() -> A, second: impl FnOnce() -> B + Send) -> (A, B) {
+    if !parallel {
+        let a = first();
+        return (a, second());
+    }
+    std::thread::scope(|scope| {
+        let running = scope.spawn(second);
+        let a = first();
+        (a, running.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+    })
 }
 
 /// Return the memory the scanner's threads freed to the system, so that the passes'
