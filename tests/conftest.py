@@ -466,7 +466,9 @@ def check_output(exp: Expected, input_text: str, output_text: str, *, check_byte
     assert list(out.keys()) == exp.top_keys, "top-level keys differ"
     for k, v in exp.top.items():
         assert strict(out[k]) == strict(v), f"top-level {k!r} differs"
-    got = out["traceEvents"]
+    # cgfast's scope spans come last; the rest is the reference's result
+    got, spans = split_spans(out["traceEvents"])
+    check_spans(got, spans)
     if len(got) != len(exp.events):
         _diff_hint(got, exp)
     assert len(got) == len(exp.events), f"{len(got)} events written, {len(exp.events)} expected"
@@ -480,10 +482,111 @@ def check_output(exp: Expected, input_text: str, output_text: str, *, check_byte
     if check_bytes:
         raw_in = split_events(input_text).events
         raw_out = split_events(output_text).events
-        assert len(raw_out) == len(got)
+        assert len(raw_out) == len(got) + len(spans)
         for pos, i in enumerate(exp.origin):
             if i is not None and i in exp.untouched:
                 assert raw_out[pos] == raw_in[i], f"untouched event {i} was not copied byte for byte:\n  in  {raw_in[i]!r}\n  out {raw_out[pos]!r}"
+
+
+def is_scope_span(e: Any) -> bool:
+    return isinstance(e, dict) and e.get("ph") == "X" and isinstance(e.get("args"), dict) and e["args"].get("cgfast") == "scope"
+
+
+def split_spans(events: list) -> tuple[list, list]:
+    """(the events before cgfast's scope spans, the spans), which all come last."""
+    first = next((i for i, e in enumerate(events) if is_scope_span(e)), len(events))
+    assert all(is_scope_span(e) for e in events[first:]), "scope spans come after every other event"
+    return events[:first], events[first:]
+
+
+def _ns(x: float) -> int:
+    return round(x * 1000)
+
+
+def check_spans(events: list, spans: list, key: str = "module") -> None:
+    """What the issue asks of scope spans, checked on an output: on each (pid, lane) any
+    two spans are nested or disjoint; every graphed event with ``args[key]`` lies inside a
+    span of that name on its lane; every span is a dotted prefix of the value of an event
+    inside it and covers exactly its events (starts at the first one, ends at the last end)."""
+    num = (int, float)
+    by_lane: dict = {}
+    for s in spans:
+        assert s["cat"] == "gpu_user_annotation" and s["args"] == {"cgfast": "scope", "key": key}, s
+        assert isinstance(s["ts"], num) and isinstance(s["dur"], num) and s["dur"] >= 0, s
+        by_lane.setdefault((s["pid"], s["tid"]), []).append((_ns(s["ts"]), _ns(s["ts"]) + _ns(s["dur"]), s["name"]))
+    for lane, intervals in by_lane.items():
+        intervals.sort(key=lambda t: (t[0], -t[1]))
+        stack: list = []
+        for start, end, name in intervals:
+            while stack and stack[-1][1] <= start:
+                stack.pop()
+            if stack:
+                assert end <= stack[-1][1], f"spans cross on lane {lane}: {stack[-1]} and {(start, end, name)}"
+            stack.append((start, end, name))
+    graphed = []
+    for e in events:
+        if not isinstance(e, dict) or e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset") or not isinstance(e.get("args"), dict):
+            continue
+        node = e["args"].get("graph node id")
+        if node in (None, 0) or not isinstance(e.get("ts"), num) or not isinstance(e.get("dur", 0), num) or isinstance(e.get("ts"), bool):
+            continue
+        graphed.append(e)
+    covered = {id(s): [] for s in spans}
+    spans_of_lane: dict = {}
+    for s in spans:
+        spans_of_lane.setdefault((s["pid"], s["tid"]), []).append(s)
+    # events that overlap on a lane share the spans of their common prefix only: no
+    # spans can hold each of two overlapping events of different scopes and not cross
+    def value_of(e):
+        v = e["args"].get(key)
+        return v if isinstance(v, str) and v else None
+
+    def common(a, b):
+        if a is None or b is None:
+            return a or b
+        parts = []
+        for x, y in zip(a.split("."), b.split(".")):
+            if x != y:
+                break
+            parts.append(x)
+        return ".".join(parts)
+
+    wanted = {}
+    lanes: dict = {}
+    for e in graphed:
+        lanes.setdefault((e.get("pid"), e.get("tid")), []).append(e)
+    for lane_events in lanes.values():
+        lane_events.sort(key=lambda e: _ns(e["ts"]))
+        cluster: list = []
+        cluster_end = None
+        for e in lane_events + [None]:
+            start = None if e is None else _ns(e["ts"])
+            if cluster and (e is None or start >= cluster_end):
+                path = None
+                for c in cluster:
+                    path = common(path, value_of(c))
+                if len({c["args"].get("correlation") for c in cluster}) > 1:
+                    path = None
+                for c in cluster:
+                    wanted[id(c)] = value_of(c) if len(cluster) == 1 else (path or None)
+                cluster, cluster_end = [], None
+            if e is not None:
+                cluster.append(e)
+                end = start + _ns(e.get("dur", 0))
+                cluster_end = end if cluster_end is None else max(cluster_end, end)
+    for e in graphed:
+        start, end = _ns(e["ts"]), _ns(e["ts"]) + _ns(e.get("dur", 0))
+        inside = [s for s in spans_of_lane.get((e.get("pid"), e.get("tid")), []) if _ns(s["ts"]) <= start and end <= _ns(s["ts"]) + _ns(s["dur"])]
+        for s in inside:
+            covered[id(s)].append(e)
+        if wanted[id(e)]:
+            assert any(s["name"] == wanted[id(e)] for s in inside), f"event {e} lies in no span {wanted[id(e)]!r} on its lane"
+    for s in spans:
+        events_in = covered[id(s)]
+        values = [value_of(e) for e in events_in]
+        assert any(v is not None and (v == s["name"] or v.startswith(s["name"] + ".")) for v in values), f"span {s} covers no event of that scope"
+        assert _ns(s["ts"]) == min(_ns(e["ts"]) for e in events_in), f"span {s} does not start at its first event"
+        assert _ns(s["ts"]) + _ns(s["dur"]) == max(_ns(e["ts"]) + _ns(e.get("dur", 0)) for e in events_in), f"span {s} does not end at its last event"
 
 
 def _diff_hint(got, exp):  # pragma: no cover - only prints on failure

@@ -161,7 +161,7 @@ def flows_at_kernels(events) -> tuple[int, int]:
 def test_flows_sit_at_their_kernels_final_place(ref, tk, gen_traces, tmp_path, seed):
     d, trace, ann = gen_traces[seed]
     out = tmp_path / "o.json"
-    proc = tk.run_cli(trace, "-a", d / "kernel_annotations_rank0_1.json", "-o", out)
+    proc = tk.run_cli(trace, "-a", d / "kernel_annotations_rank0_1.json", "-o", out, "--spans", "none")
     assert proc.returncode == 0, proc.stderr
     exp = tk.expected_pipeline(ref, trace.read_text(), ann)
     ours = tk.load_json(out)["traceEvents"]
@@ -199,7 +199,7 @@ def test_flows_sit_at_their_kernels_final_place(ref, tk, gen_traces, tmp_path, s
 def test_every_work_lane_is_named(ref, tk, gen_traces, tmp_path, seed):
     d, trace, ann = gen_traces[seed]
     out = tmp_path / "o.json.gz"
-    proc = tk.run_cli(trace, "-a", d / "kernel_annotations_rank0_1.pkl", "-o", out)
+    proc = tk.run_cli(trace, "-a", d / "kernel_annotations_rank0_1.pkl", "-o", out, "--spans", "none")
     assert proc.returncode == 0, proc.stderr
     events = tk.load_json(out)["traceEvents"]
     work = {e["tid"] for e in events if e.get("cat") in WORK}

@@ -44,13 +44,14 @@ def default_worker_name(rank: Optional[int] = None) -> str:
 class TraceHandler:
     """The callable :func:`trace_handler` returns; it remembers the files it last wrote."""
 
-    def __init__(self, dir_name: "str | os.PathLike[str]", worker_name: Optional[str] = None, use_gzip: bool = True) -> None:
+    def __init__(self, dir_name: "str | os.PathLike[str]", worker_name: Optional[str] = None, use_gzip: bool = True, *, spans: Optional[str] = "module") -> None:
         dir_name = os.fspath(dir_name)
         if not dir_name:
             raise ValueError("trace_handler needs a directory name")
         self.dir_name = dir_name
         self.worker_name = worker_name
         self.use_gzip = use_gzip
+        self.spans = spans
         self.trace_path: Optional[str] = None
         self.annotations_path: Optional[str] = None
         self.annotate_result: Any = None
@@ -67,12 +68,12 @@ class TraceHandler:
         prof.export_chrome_trace(trace_path)
         annotations_path = os.path.join(self.dir_name, f"kernel_annotations_rank{rank}_{os.getpid()}.json")
         capture.save_annotations(annotations_path)
-        self.annotate_result = cgfast.annotate_file(trace_path, annotations=annotations_path, output=None)
+        self.annotate_result = cgfast.annotate_file(trace_path, annotations=annotations_path, output=None, spans=self.spans)
         self.trace_path = trace_path
         self.annotations_path = annotations_path
 
 
-def trace_handler(dir_name: "str | os.PathLike[str]", worker_name: Optional[str] = None, use_gzip: bool = True) -> TraceHandler:
+def trace_handler(dir_name: "str | os.PathLike[str]", worker_name: Optional[str] = None, use_gzip: bool = True, *, spans: Optional[str] = "module") -> TraceHandler:
     """An ``on_trace_ready`` callable writing trace, annotations and annotated trace
-    into ``dir_name``."""
-    return TraceHandler(dir_name, worker_name, use_gzip)
+    into ``dir_name``; ``spans`` is the annotation key whose scopes get spans (None: none)."""
+    return TraceHandler(dir_name, worker_name, use_gzip, spans=spans)

@@ -45,6 +45,10 @@ pub struct Args {
     /// Recover node ids from the recorded graph topology when the trace has none.
     #[arg(long, value_enum, default_value = "auto")]
     recover: RecoverArg,
+    /// Add scope spans for this dotted annotation key (a gpu_user_annotation event per
+    /// run of a replay's events on a lane sharing a prefix of its value); `none`: no spans.
+    #[arg(long, default_value = cgfast_core::pipeline::DEFAULT_SPANS, value_name = "KEY")]
+    spans: String,
     /// gzip level of a .gz output (0-9).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=9))]
     gzip_level: u32,
@@ -71,6 +75,7 @@ impl Args {
                 RecoverArg::Never => Recover::Never,
             },
             gzip_level: self.gzip_level,
+            spans: (self.spans != "none").then(|| self.spans.clone()),
         }
     }
 
@@ -87,6 +92,9 @@ impl Args {
 pub fn run(args: Args) -> Result<(), String> {
     if !args.max_adjust_us.is_finite() || args.max_adjust_us < 0.0 {
         return Err(format!("--max-adjust-us must be a non-negative number, not {}", args.max_adjust_us));
+    }
+    if args.spans.is_empty() {
+        return Err("--spans needs an annotation key, or none".into());
     }
     let Some(trace) = args.single_trace() else {
         return crate::annotate_many::run(&args);

@@ -21,6 +21,7 @@ pub mod pipeline;
 pub mod recover;
 pub mod rewrite;
 pub mod scan;
+pub mod spans;
 pub mod summary;
 pub mod trace;
 pub mod unicode;

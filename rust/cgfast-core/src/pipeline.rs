@@ -15,6 +15,7 @@ use crate::passes::{self, FlowLink, LargeOverlap, OddEvents};
 use crate::recover::{self, Recover, Recovery};
 use crate::rewrite::{self, Action, Change};
 use crate::scan::{self, ScanFailure, WriteKeys};
+use crate::spans;
 use crate::trace::{Flow, NodeId, TraceIndex, NONE};
 use crate::writes::{args_writes, Writes};
 
@@ -29,11 +30,16 @@ pub struct Options {
     pub max_adjust_us: f64,
     pub recover: Recover,
     pub gzip_level: u32,
+    /// The dotted annotation key whose scopes get spans ([`crate::spans`]); `None`: no spans.
+    pub spans: Option<String>,
 }
+
+/// The key whose scopes get spans unless told otherwise.
+pub const DEFAULT_SPANS: &str = "module";
 
 impl Default for Options {
     fn default() -> Self {
-        Options { default_stream: 7, overlap_stream: 8, max_adjust_us: 1.0, recover: Recover::Auto, gzip_level: 3 }
+        Options { default_stream: 7, overlap_stream: 8, max_adjust_us: 1.0, recover: Recover::Auto, gzip_level: 3, spans: Some(DEFAULT_SPANS.into()) }
     }
 }
 
@@ -63,6 +69,8 @@ pub struct Report {
     pub flows_moved: u64,
     pub lanes_named: u64,
     pub recovery: Recovery,
+    /// Scope spans added (`None`: spans were off).
+    pub spans: Option<u64>,
     /// Size of the input file.
     pub input_bytes: u64,
     /// Size of its JSON (decompressed).
@@ -145,6 +153,11 @@ pub fn annotate_file(
     mark("fixed");
     passes::settle(&mut index, &mut annotated);
     mark("settled");
+    let spans = options.spans.as_deref().map(|key| {
+        let value_of = |node: NodeId| resolved.get(&node).and_then(|r| r.writes.iter().rev().find(|(k, _)| k == key)).map(|(_, v)| v.as_str());
+        spans::scope_spans(&index, value_of)
+    });
+    mark("spans");
 
     let mut report = Report {
         input: input.to_path_buf(),
@@ -162,13 +175,17 @@ pub fn annotate_file(
         flows_moved: index.flows.iter().filter(|f| !f.removed() && flow_changed(&index, f)).count() as u64,
         lanes_named: annotated.named_lanes.len() as u64,
         recovery,
+        spans: spans.as_ref().map(|s| s.len() as u64),
         input_bytes: std::fs::metadata(input).map(|m| m.len()).unwrap_or(0),
         json_bytes: layout.total_len,
         seconds: 0.0,
     };
 
     mark("passes done");
-    let appended: Vec<String> = annotated.named_lanes.iter().map(|&lane| thread_name_event(&index, &annotated, lane)).collect();
+    let mut appended: Vec<String> = annotated.named_lanes.iter().map(|&lane| thread_name_event(&index, &annotated, lane)).collect();
+    if let (Some(spans), Some(key)) = (&spans, &options.spans) {
+        appended.extend(spans.iter().map(|span| span.to_json(&index.keys, key)));
+    }
     let mut rewriting = Rewriting {
         index: &index,
         layout: &layout,
@@ -437,6 +454,9 @@ impl Report {
             "seconds": self.seconds,
             "mb_per_s": self.mb_per_s(),
         });
+        if let Some(spans) = self.spans {
+            v["spans"] = spans.into();
+        }
         if with_overlaps {
             v["overlaps"] = self
                 .overlaps

@@ -37,7 +37,7 @@ fn recover_mode(name: &str) -> PyResult<Recover> {
 }
 
 #[pyfunction]
-#[pyo3(signature = (trace, annotations = None, output = None, *, default_stream = 7, overlap_stream = 8, max_adjust_us = 1.0, recover = "auto", gzip_level = 3))]
+#[pyo3(signature = (trace, annotations = None, output = None, *, default_stream = 7, overlap_stream = 8, max_adjust_us = 1.0, recover = "auto", gzip_level = 3, spans = Some(pipeline::DEFAULT_SPANS.to_string())))]
 #[allow(clippy::too_many_arguments)]
 pub fn annotate_file<'py>(
     py: Python<'py>,
@@ -49,11 +49,15 @@ pub fn annotate_file<'py>(
     max_adjust_us: f64,
     recover: &str,
     gzip_level: u32,
+    spans: Option<String>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let started = Instant::now();
     let trace = path_of(trace)?.ok_or_else(|| PyValueError::new_err("trace must be a path"))?;
     if !(max_adjust_us.is_finite() && max_adjust_us >= 0.0) || gzip_level > 9 {
         return Err(PyValueError::new_err("max_adjust_us must be >= 0 and gzip_level 0..9"));
+    }
+    if spans.as_deref() == Some("") {
+        return Err(PyValueError::new_err("spans must be an annotation key, or None for no spans"));
     }
     let (annotations_path, annotations): (Option<PathBuf>, Annotations) = match annotations {
         Some(a) if !a.is_none() && a.cast::<PyString>().is_err() && a.hasattr("items")? => (None, annotations_of(a, None)?),
@@ -75,7 +79,7 @@ pub fn annotate_file<'py>(
         None => None,
     }
     .unwrap_or_else(|| default_output(&trace));
-    let options = Options { default_stream, overlap_stream, max_adjust_us, recover: recover_mode(recover)?, gzip_level };
+    let options = Options { default_stream, overlap_stream, max_adjust_us, recover: recover_mode(recover)?, gzip_level, spans: spans.filter(|key| key != "none") };
     let (result, raised) = interruptible(py, || pipeline::annotate_file(&trace, &annotations, &output, &options, &mut |_, _, _| {}))?;
     if let Some(e) = raised {
         return Err(e);
