@@ -1,0 +1,156 @@
+"""Scope spans (``cgfast annotate --spans KEY``, on by default for ``module``): per lane,
+each run of a replay's consecutive graphed events sharing a dotted prefix of the key's
+value becomes one ``gpu_user_annotation`` event, so viewers show graph replays with the
+nested module ranges eager traces have."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import cgfast
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*/000000.h200.pt.trace.json.gz"))
+
+
+def annotate(tk, trace: Path, out: Path, *args) -> dict:
+    proc = tk.run_cli("annotate", trace, "-o", out, "--json", "--no-progress", *args)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("trace", EXAMPLES, ids=[t.parent.name for t in EXAMPLES])
+def test_real_traces_get_nested_module_spans(tk, trace, tmp_path):
+    report = annotate(tk, trace, tmp_path / "out.json")
+    events, spans = tk.split_spans(tk.load_json(tmp_path / "out.json")["traceEvents"])
+    tk.check_spans(events, spans)
+    assert report["spans"] == len(spans)
+    modules = {e["args"]["module"] for e in events if isinstance(e.get("args"), dict) and "module" in e["args"]}
+    if not modules:
+        # the eager example names its scopes only: spans of "name" then
+        assert spans == []
+        annotate(tk, trace, tmp_path / "out.json", "--spans", "name")
+        events, spans = tk.split_spans(tk.load_json(tmp_path / "out.json")["traceEvents"])
+        tk.check_spans(events, spans, key="name")
+        assert {s["name"] for s in spans} == {e["args"]["name"] for e in events if isinstance(e.get("args"), dict) and "name" in e["args"] and e["args"].get("graph node id")}
+        return
+    names = {s["name"] for s in spans}
+    # every module and each of its dotted prefixes has a span
+    assert {m[:i] for m in modules for i in range(1, len(m) + 1) if i == len(m) or m[i] == "."} == names
+    assert any("." in n for n in names), "nested scopes"
+    gpu_pids = {e["pid"] for e in events if e.get("cat") == "kernel"}
+    assert {s["pid"] for s in spans} <= gpu_pids
+
+
+@pytest.mark.parametrize("trace", EXAMPLES[:1], ids=[t.parent.name for t in EXAMPLES[:1]])
+def test_spans_none_writes_the_output_without_spans(tk, trace, tmp_path):
+    with_spans = annotate(tk, trace, tmp_path / "with.json")
+    without = annotate(tk, trace, tmp_path / "without.json", "--spans", "none")
+    assert "spans" in with_spans and "spans" not in without
+    raw_with = tk.split_events(tk.read_text(tmp_path / "with.json"))
+    raw_without = tk.split_events(tk.read_text(tmp_path / "without.json"))
+    assert raw_with.events[: len(raw_without.events)] == raw_without.events
+    assert all(tk.is_scope_span(json.loads(e)) for e in raw_with.events[len(raw_without.events):])
+    assert not any(tk.is_scope_span(json.loads(e)) for e in raw_without.events)
+
+
+def kernel(ts, dur, node, tid=7, correlation=1, cat="kernel"):
+    return {"ph": "X", "cat": cat, "name": f"k{node}", "pid": 0, "tid": tid, "ts": ts, "dur": dur,
+            "args": {"correlation": correlation, "graph node id": node}}
+
+
+def spans_of(tk, tmp_path, events, annotations, *args, **kwargs) -> list:
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    ann = tk.write_json_annotations(tmp_path / "a.json", annotations)
+    out = tmp_path / "o.json"
+    if kwargs.get("python"):
+        report = cgfast.annotate_file(trace, annotations=ann, output=out, **kwargs["python"])
+    else:
+        report = annotate(tk, trace, out, "-a", ann, *args)
+    written, spans = tk.split_spans(tk.load_json(out)["traceEvents"])
+    return written, spans, report
+
+
+def test_runs_of_another_key_nest_break_and_cluster(tk, tmp_path):
+    scope = {1: "a.b", 2: "a.b", 3: "a.c", 4: "a.c.x", 5: None, 6: "a.b", 7: "a.b.y", 8: "a.d", 9: "a.b"}
+    # all on lane 60, which the overlap pass leaves alone
+    annotations = {n: [{"scope": v, "stream": 60} if v else {"stream": 60}] for n, v in scope.items()}
+    events = [
+        kernel(0, 10, 1), kernel(10, 5, 2), kernel(20, 5, 3), kernel(25, 5, 4),
+        kernel(40, 5, 5),                      # unannotated: every run ends
+        kernel(50, 10, 6), kernel(55, 10, 7),  # overlap by 5 us: one cluster of prefix a.b
+        kernel(70, 5, 8, correlation=2),       # the next replay: runs end
+        kernel(80, 5, 9, correlation=2),
+    ]
+    written, spans, report = spans_of(tk, tmp_path, events, annotations, "--spans", "scope", "--max-adjust-us", "0")
+    got = [(s["name"], s["ts"], s["dur"]) for s in spans]
+    assert got == [
+        ("a", 0, 30), ("a.b", 0, 15), ("a.c", 20, 10), ("a.c.x", 25, 5),
+        ("a", 50, 15), ("a.b", 50, 15),
+        ("a", 70, 15), ("a.d", 70, 5), ("a.b", 80, 5),
+    ]
+    assert report["spans"] == len(spans)
+    assert all(s["tid"] == 60 and s["pid"] == 0 and s["args"] == {"cgfast": "scope", "key": "scope"} for s in spans)
+    tk.check_spans(written, spans, key="scope")
+    # no annotation has a module: no spans by default
+    assert spans_of(tk, tmp_path, events, annotations)[1] == []
+
+
+def test_spans_follow_moved_and_repaired_events(tk, tmp_path):
+    # kernel 2 overlaps kernel 1 on the default lane and moves to lane 8; memcpy 3 starts
+    # 0.5 us early and is repaired: spans use the final lanes and starts
+    annotations = {1: [{"module": "m.a"}], 2: [{"module": "m.b"}], 3: [{"module": "m.a"}], 4: [{"module": "m.c", "stream": 60}]}
+    events = [kernel(0.0, 10.0, 1), kernel(5.0, 2.0, 2), kernel(9.5, 1.25, 3, cat="gpu_memcpy"), kernel(3.0, 1.0, 4)]
+    written, spans, _ = spans_of(tk, tmp_path, events, annotations)
+    by_lane = {}
+    for s in spans:
+        by_lane.setdefault(s["tid"], []).append((s["name"], s["ts"], s["dur"]))
+    assert by_lane == {
+        7: [("m", 0.0, 11.25), ("m.a", 0.0, 11.25)],
+        8: [("m", 5.0, 2.0), ("m.b", 5.0, 2.0)],
+        60: [("m", 3.0, 1.0), ("m.c", 3.0, 1.0)],
+    }
+    tk.check_spans(written, spans)
+
+
+def test_annotate_file_takes_spans(tk, tmp_path):
+    annotations = {1: [{"module": "m.a"}], 2: [{"component": "x.y"}]}
+    events = [kernel(0, 1, 1), kernel(2, 1, 2)]
+    _, spans, report = spans_of(tk, tmp_path, events, annotations, python={})
+    assert [s["name"] for s in spans] == ["m", "m.a"] and report["spans"] == 2
+    _, spans, report = spans_of(tk, tmp_path, events, annotations, python={"spans": "component"})
+    assert [s["name"] for s in spans] == ["x", "x.y"]
+    _, spans, report = spans_of(tk, tmp_path, events, annotations, python={"spans": None})
+    assert spans == [] and "spans" not in report
+
+
+def test_many_traces_get_spans(tk, tmp_path):
+    for i, trace in enumerate(EXAMPLES):
+        d = tmp_path / f"run{i}"
+        d.mkdir()
+        (d / trace.name).write_bytes(trace.read_bytes())
+        for a in trace.parent.glob("kernel_annotations_*.json"):
+            (d / a.name).write_bytes(a.read_bytes())
+    proc = tk.run_cli("annotate", tmp_path, "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    outputs = sorted(tmp_path.glob("run*/*.annotated.json.gz"))
+    assert len(outputs) == len(EXAMPLES)
+    with_spans = 0
+    for out in outputs:
+        events, spans = tk.split_spans(tk.load_json(out)["traceEvents"])
+        tk.check_spans(events, spans)
+        with_spans += bool(spans)
+    assert with_spans == 2, "the compiled examples' modules have spans"
+
+
+def test_an_empty_key_is_refused(tk, tmp_path):
+    trace = EXAMPLES[0]
+    proc = tk.run_cli("annotate", trace, "-o", tmp_path / "o.json", "--spans", "")
+    tk.assert_clean_failure(proc, "--spans")
+    assert not (tmp_path / "o.json").exists()
+    with pytest.raises(ValueError):
+        cgfast.annotate_file(trace, output=tmp_path / "o.json", spans="")
