@@ -97,12 +97,12 @@ class Graph:
             for n in self.nodes
         ]
 
-    def annotations(self, rng: random.Random) -> dict[int, list]:
+    def annotations(self, rng: random.Random, module_runs: int = 1) -> dict[int, list]:
         out: dict[int, list] = {}
         for i, n in enumerate(self.nodes):
             node_id, lane = n.id, n.lane
             layer = i * 12 // len(self.nodes)
-            module = MODULES[i % len(MODULES)]
+            module = MODULES[i // module_runs % len(MODULES)]
             items: list = [{"name": f"layers.{layer}.{module}", "module": f"layers.{layer}.{module}"}]
             if rng.random() < 0.3:
                 items.append({"name": f"layers.{layer}", "layer": layer})
@@ -110,7 +110,8 @@ class Graph:
                 items[0]["stream"] = 60 + (i % 2)
             if rng.random() < 0.05:
                 items.append(f"block {layer}")
-            if rng.random() < 0.9:
+            # a compiled model annotates every kernel; the other benchmarks leave a tenth bare
+            if rng.random() < 0.9 or module_runs > 1:
                 out[node_id] = items
         return out
 
@@ -206,15 +207,18 @@ HEADER = (
 FOOTER = '\n], "traceName": "synthetic.pt.trace.json"}\n'
 
 
-def generate(path: Path, target_mb: float, graphs: int = 3, nodes: int = 200, seed: int = 0, node_ids: bool = True) -> tuple[dict[int, list], dict[int, list]]:
+def generate(path: Path, target_mb: float, graphs: int = 3, nodes: int = 200, seed: int = 0, node_ids: bool = True, module_runs: int = 1) -> tuple[dict[int, list], dict[int, list]]:
     """Write the trace to ``path`` (gzipped for ``.gz``); returns its annotations and
     the topology of its graphs. Without ``node_ids`` the profiler wrote no ``graph
-    node id`` (torch <= 2.12), the rest is the same for the same seed."""
+    node id`` (torch <= 2.12), the rest is the same for the same seed. ``module_runs``
+    consecutive nodes share a module (1: each its own, and a tenth of the nodes bare, as
+    the other benchmarks have it; more: every node annotated, as a compiled model's
+    kernels are, in runs of a few per module)."""
     rng = random.Random(seed)
     recorded = [Graph(2 * (g + 1), nodes, rng) for g in range(graphs)]
     annotations: dict[int, list] = {}
     for g in recorded:
-        annotations.update(g.annotations(rng))
+        annotations.update(g.annotations(rng, module_runs))
     topology = {g.exec_id: g.topology() for g in recorded}
     target = int(target_mb * 1e6)
     opener = gzip.open if path.name.endswith(".gz") else open

@@ -153,11 +153,6 @@ pub fn annotate_file(
     mark("fixed");
     passes::settle(&mut index, &mut annotated);
     mark("settled");
-    let spans = options.spans.as_deref().map(|key| {
-        let value_of = |node: NodeId| resolved.get(&node).and_then(|r| r.writes.iter().rev().find(|(k, _)| k == key)).map(|(_, v)| v.as_str());
-        spans::scope_spans(&index, value_of)
-    });
-    mark("spans");
 
     let mut report = Report {
         input: input.to_path_buf(),
@@ -175,17 +170,14 @@ pub fn annotate_file(
         flows_moved: index.flows.iter().filter(|f| !f.removed() && flow_changed(&index, f)).count() as u64,
         lanes_named: annotated.named_lanes.len() as u64,
         recovery,
-        spans: spans.as_ref().map(|s| s.len() as u64),
+        spans: None,
         input_bytes: std::fs::metadata(input).map(|m| m.len()).unwrap_or(0),
         json_bytes: layout.total_len,
         seconds: 0.0,
     };
 
     mark("passes done");
-    let mut appended: Vec<String> = annotated.named_lanes.iter().map(|&lane| thread_name_event(&index, &annotated, lane)).collect();
-    if let (Some(spans), Some(key)) = (&spans, &options.spans) {
-        appended.extend(spans.iter().map(|span| span.to_json(&index.keys, key)));
-    }
+    let mut lane_names: Vec<String> = annotated.named_lanes.iter().map(|&lane| thread_name_event(&index, &annotated, lane)).collect();
     let mut rewriting = Rewriting {
         index: &index,
         layout: &layout,
@@ -200,15 +192,42 @@ pub fn annotate_file(
     let large = out_file.is_regular() && layout.total_len >= LARGE_FROM;
     let gzip = is_gzip_path(output);
     if large && !gzip {
-        // annotations make events longer: room for an eighth more
-        out_file.reserve(layout.total_len + layout.total_len / 8);
+        // annotations make events longer: room for an eighth more, and for about a span
+        // per annotated event
+        let spans_room = if options.spans.is_some() { annotated.annotated * 160 } else { 0 };
+        out_file.reserve(layout.total_len + layout.total_len / 8 + spans_room);
     }
     let sink_file = out_file.file().try_clone().map_err(|e| fail(format!("{}: {e}", output.display())))?;
     let mut sink = Sink::new(sink_file, gzip, options.gzip_level, large);
     let mut edit = |id: usize, original: &[u8], out: &mut Vec<u8>| rewriting.edit(id, original, out);
-    rewrite::rewrite(input, &layout, changes(&index, &layout), &mut edit, &appended, &mut sink, &mut |done, total| progress(Phase::Writing, done, total))
-        .and_then(|_| sink.finish())
-        .map_err(|e| fail(format!("{}: {}", output.display(), describe_io(&e))))?;
+    // the spans are found and written out while the rewrite copies the trace
+    let (index, resolved) = (&index, &resolved);
+    let spans_json = |key: &str| {
+        let value_of = |node: NodeId| resolved.get(&node).and_then(|r| r.writes.iter().rev().find(|(k, _)| k == key)).map(|(_, v)| v.as_str());
+        let spans = spans::scope_spans(index, value_of);
+        (spans.len() as u64, (!spans.is_empty()).then(|| spans.to_json(index, key)))
+    };
+    let mut spans_made = None;
+    std::thread::scope(|scope| {
+        let key = options.spans.as_deref();
+        let mut early = key.filter(|_| crate::io::threads() > 1).map(|key| scope.spawn(move || spans_json(key)));
+        let mut appended = || {
+            let made = match early.take() {
+                Some(job) => Some(job.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))),
+                None => key.map(spans_json),
+            };
+            let mut appended = std::mem::take(&mut lane_names);
+            if let Some((count, json)) = made {
+                spans_made = Some(count);
+                appended.extend(json);
+            }
+            appended
+        };
+        rewrite::rewrite(input, &layout, changes(index, &layout), &mut edit, &mut appended, &mut sink, &mut |done, total| progress(Phase::Writing, done, total))
+            .and_then(|_| sink.finish())
+            .map_err(|e| fail(format!("{}: {}", output.display(), describe_io(&e))))
+    })?;
+    report.spans = spans_made;
     mark("rewritten");
     crate::cancel::check().map_err(|e| fail(format!("{}: {e}", output.display())))?;
     out_file.commit().map_err(|e| fail(format!("{}: {}", output.display(), describe_io(&e))))?;

@@ -121,14 +121,14 @@ impl Cursor {
 }
 
 /// Rewrite `input` into `out`, applying `changes` (in input order; `edit(id, original,
-/// replacement)` writes each replacement) and appending `appended` events at the end
-/// of `traceEvents`.
+/// replacement)` writes each replacement) and appending what `appended()` gives (asked
+/// for at the end, so that it can be made meanwhile) at the end of `traceEvents`.
 pub fn rewrite(
     input: &Path,
     layout: &Layout,
     changes: impl Iterator<Item = Change>,
     edit: &mut dyn FnMut(usize, &[u8], &mut Vec<u8>),
-    appended: &[String],
+    appended: &mut dyn FnMut() -> Vec<String>,
     out: &mut dyn Write,
     progress: &mut dyn FnMut(u64, u64),
 ) -> io::Result<()> {
@@ -165,12 +165,18 @@ pub fn rewrite(
             progress(w.window.file_position(), w.window.file_len());
         }
     }
+    let appended = appended();
     if !appended.is_empty() {
         w.copy_to(out, layout.array_close)?;
         if removed < layout.elements {
             out.write_all(b", ")?;
         }
-        out.write_all(appended.join(", ").as_bytes())?;
+        for (i, event) in appended.iter().enumerate() {
+            if i > 0 {
+                out.write_all(b", ")?;
+            }
+            out.write_all(event.as_bytes())?;
+        }
     }
     w.copy_to(out, layout.total_len)?;
     progress(w.window.file_position(), w.window.file_len());
