@@ -266,8 +266,9 @@ def main() -> None:
     p.add_argument("--nodes", type=int, default=200, help="nodes per graph")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-node-ids", action="store_true", help="write no graph node id (like torch <= 2.12); the annotations keep the topology")
+    p.add_argument("--module-runs", type=int, default=1, help="consecutive nodes sharing a module (more than 1: every node annotated)")
     a = p.parse_args()
-    annotations, topology = generate(a.output, a.target_mb, a.graphs, a.nodes, a.seed, node_ids=not a.no_node_ids)
+    annotations, topology = generate(a.output, a.target_mb, a.graphs, a.nodes, a.seed, node_ids=not a.no_node_ids, module_runs=a.module_runs)
     write_annotations(a.output.parent, annotations, topology)
 
 
