@@ -154,3 +154,25 @@ def test_an_empty_key_is_refused(tk, tmp_path):
     assert not (tmp_path / "o.json").exists()
     with pytest.raises(ValueError):
         cgfast.annotate_file(trace, output=tmp_path / "o.json", spans="")
+
+
+@pytest.mark.parametrize("trace", EXAMPLES, ids=[t.parent.name for t in EXAMPLES])
+def test_annotating_an_output_again_changes_nothing(tk, trace, tmp_path):
+    annotations = next(trace.parent.glob("kernel_annotations_*.json"))
+    first = tmp_path / "first.json"
+    annotate(tk, trace, first, "-a", annotations)
+    # cgfast's own spans make way for the new run's: not doubled, every event the same
+    # text (only the white space before the first span may differ)
+    again = annotate(tk, first, tmp_path / "again.json", "-a", annotations)
+    raw_first, raw_again = tk.split_events(tk.read_text(first)), tk.split_events(tk.read_text(tmp_path / "again.json"))
+    assert raw_again.events == raw_first.events
+    assert tk.load_json(tmp_path / "again.json") == tk.load_json(first)
+    assert again["noise_removed"] == 0
+    # without spans, the earlier ones stay as they are
+    annotate(tk, first, tmp_path / "kept.json", "-a", annotations, "--spans", "none")
+    assert (tmp_path / "kept.json").read_bytes() == first.read_bytes()
+    # spans of another key replace them
+    annotate(tk, first, tmp_path / "names.json", "-a", annotations, "--spans", "name")
+    events, spans = tk.split_spans(tk.load_json(tmp_path / "names.json")["traceEvents"])
+    assert all(s["args"]["key"] == "name" for s in spans)
+    assert not any(tk.is_scope_span(e) for e in events)

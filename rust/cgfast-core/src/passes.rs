@@ -633,6 +633,7 @@ pub(crate) mod tests {
                 node: e.node.map_or(Node::Missing, |n| if n == 0 { Node::Zero } else { Node::Id(n as NodeId) }),
                 args_stream: None,
                 args_name_is_stream: e.stream_name,
+                scope_span: false,
                 correlation: None,
                 grid_block: None,
             };
@@ -729,6 +730,7 @@ pub(crate) mod tests {
                 node: node.map_or(Node::Missing, |n| Node::Id(n as NodeId)),
                 args_stream: None,
                 args_name_is_stream: false,
+                scope_span: false,
                 correlation: None,
                 grid_block: None,
             };

@@ -152,6 +152,10 @@ pub fn annotate_file(
     let (mut annotated, moved, fixed) = annotate_and_fix(&mut index, &resolved, options);
     mark("fixed");
     passes::settle(&mut index, &mut annotated);
+    if options.spans.is_some() {
+        // the spans an earlier run wrote make way for this run's
+        index.events.iter_mut().filter(|e| e.scope_span() && !e.removed()).for_each(|e| e.remove());
+    }
     mark("settled");
 
     let mut report = Report {

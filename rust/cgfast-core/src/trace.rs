@@ -126,6 +126,8 @@ pub struct Observed<'a> {
     pub args_stream: Option<Key>,
     /// `str(args["name"])` starts with `"stream "`.
     pub args_name_is_stream: bool,
+    /// A scope span cgfast wrote (`args["cgfast"] == "scope"` on a `gpu_user_annotation`).
+    pub scope_span: bool,
     pub correlation: Option<i64>,
     pub grid_block: Option<[u32; 6]>,
 }
@@ -152,6 +154,8 @@ const PID_BOOL: u32 = 1 << 17;
 const TS_NOT_NUMBER: u32 = 1 << 18;
 /// `dur` present but not a number.
 const DUR_NOT_NUMBER: u32 = 1 << 19;
+/// A scope span cgfast wrote.
+const SCOPE_SPAN: u32 = 1 << 20;
 
 /// A number in 64 bits: an integer's own bits or a float's, `int` telling which, so
 /// that integers of any size keep exact (epoch nanoseconds exceed 2**53).
@@ -229,6 +233,11 @@ impl Tracked {
 
     pub fn stream_thread_name(&self) -> bool {
         self.has(STREAM_THREAD_NAME)
+    }
+
+    /// A scope span an earlier run of cgfast wrote.
+    pub fn scope_span(&self) -> bool {
+        self.has(SCOPE_SPAN)
     }
 
     /// How the event's own `tid` was written.
@@ -574,6 +583,9 @@ impl TraceIndex {
         }
         if ev.correlation.is_some() {
             flags |= HAS_CORRELATION;
+        }
+        if ev.scope_span && ev.cat == Cat::UserAnnotation {
+            flags |= SCOPE_SPAN;
         }
         flags |= match ev.tid_spelling {
             Spelling::Plain => 0,

@@ -124,6 +124,7 @@ fn index_of(events: &Bound<'_, PyList>) -> PyResult<DictIndex> {
             node,
             args_stream,
             args_name_is_stream,
+            scope_span: false,
             correlation: None,
             grid_block: None,
         };
