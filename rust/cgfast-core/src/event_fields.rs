@@ -82,6 +82,8 @@ pub(crate) struct Raw {
     pub(crate) args_stream: Option<Scalar>,
     /// `args["cgfast"]` (`"scope"` on cgfast's own scope spans).
     pub(crate) args_cgfast: Option<Scalar>,
+    /// `args["graph id"]`, which torch 2.15 writes beside a local `graph node id`.
+    pub(crate) graph_id: Option<Scalar>,
     pub(crate) grid: Option<Scalar>,
     pub(crate) block: Option<Scalar>,
 }
@@ -90,7 +92,7 @@ impl Raw {
     /// An `args` member begins: what an earlier one gave is forgotten.
     fn start_args(&mut self) {
         (self.gni, self.correlation, self.args_name, self.args_stream, self.grid, self.block) = (None, None, None, None, None, None);
-        self.args_cgfast = None;
+        (self.args_cgfast, self.graph_id) = (None, None);
         (self.stream_at, self.node_at, self.args_conflict) = (None, None, false);
         (self.args_object, self.args_close) = (false, None);
     }
@@ -176,6 +178,7 @@ pub(crate) fn read(c: &mut Cursor<'_>, raw: &mut Raw, write_keys: &WriteKeys) ->
                             b"correlation" => raw.correlation = Some(c.scalar()?),
                             b"name" => raw.args_name = Some(c.scalar()?),
                             b"cgfast" => raw.args_cgfast = Some(c.scalar()?),
+                            b"graph id" => raw.graph_id = Some(c.scalar()?),
                             b"stream" => {
                                 let (v, at) = spanned(c)?;
                                 raw.args_stream = Some(v);
@@ -371,6 +374,7 @@ impl<'a> Plain<'a> {
                 b"correlation" => raw.correlation = Some(r.scalar()?),
                 b"name" => raw.args_name = Some(r.scalar()?),
                 b"cgfast" => raw.args_cgfast = Some(r.scalar()?),
+                b"graph id" => raw.graph_id = Some(r.scalar()?),
                 b"stream" => (raw.args_stream, raw.stream_at) = r.spanned()?,
                 b"grid" => raw.grid = Some(r.dims()?),
                 b"block" => raw.block = Some(r.dims()?),

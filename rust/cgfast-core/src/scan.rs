@@ -190,6 +190,19 @@ fn field(buf: &[u8], s: Option<Scalar>) -> Field<Num> {
     }
 }
 
+/// `args["graph node id"]` and, where torch 2.15 split it, `args["graph id"]`, as one node.
+#[inline(always)]
+pub(crate) fn node_of(buf: &[u8], node_id: Option<Scalar>, graph_id: Option<Scalar>) -> Node {
+    let node = node(buf, node_id);
+    match graph_id {
+        None => node,
+        Some(g) => node.joined(num(buf, g).and_then(|n| match n {
+            Num::Int(i) => Some(i),
+            _ => None,
+        })),
+    }
+}
+
 #[inline(always)]
 fn node(buf: &[u8], s: Option<Scalar>) -> Node {
     match s {
@@ -251,7 +264,7 @@ fn observe(buf: &[u8], raw: &Raw, ordinal: u32, index: &mut TraceIndex) -> Kept 
     } else {
         Ph::Other
     };
-    let node = if raw.args_object { node(buf, raw.gni) } else { Node::Missing };
+    let node = if raw.args_object { node_of(buf, raw.gni, raw.graph_id) } else { Node::Missing };
     let (tid, tid_spelling) = spelled_key(buf, raw.tid, &mut index.keys);
     if !is_tracked(cat, ph, node) {
         index.event_count += 1;

@@ -100,6 +100,17 @@ impl Node {
     pub fn graphed(self) -> bool {
         !matches!(self, Node::Missing | Node::Zero)
     }
+
+    /// The node of a split pair, as torch 2.15's Cuspy profiler writes them: `"graph id"`
+    /// G beside a local `"graph node id"` below 2^32 (0 for a graph's first node) stand
+    /// for `G << 32 | local`. Anything else stays as it is.
+    pub fn joined(self, graph_id: Option<i64>) -> Node {
+        match (self, graph_id) {
+            (Node::Zero, Some(g)) if g > 0 => Node::Id((g as NodeId) << 32),
+            (Node::Id(local), Some(g)) if g > 0 && (0..1 << 32).contains(&local) => Node::Id((g as NodeId) << 32 | local),
+            (node, _) => node,
+        }
+    }
 }
 
 /// Whether the event needs more than its lane recorded: the scanner decodes the
@@ -706,5 +717,17 @@ mod size_tests {
         assert!(size_of::<super::Flow>() <= 32);
         assert!(size_of::<crate::scan::Span>() <= 16);
         assert!(size_of::<crate::scan::Places>() <= 20);
+    }
+
+    #[test]
+    fn split_node_ids_are_joined() {
+        use super::Node;
+        assert_eq!(Node::Id(3).joined(Some(6)), Node::Id(6 << 32 | 3));
+        assert_eq!(Node::Zero.joined(Some(6)), Node::Id(6 << 32), "a graph's first node");
+        assert_eq!(Node::Id(6 << 32 | 3).joined(Some(6)), Node::Id(6 << 32 | 3), "already whole");
+        assert_eq!(Node::Id(3).joined(None), Node::Id(3));
+        assert_eq!(Node::Zero.joined(Some(0)), Node::Zero, "eager: no graph");
+        assert_eq!(Node::Missing.joined(Some(6)), Node::Missing);
+        assert_eq!(Node::Id(-1).joined(Some(6)), Node::Id(-1));
     }
 }

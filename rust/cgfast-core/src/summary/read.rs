@@ -51,6 +51,7 @@ struct Fields {
     ts: Option<Scalar>,
     dur: Option<Scalar>,
     node: Option<Scalar>,
+    graph_id: Option<Scalar>,
     correlation: Option<Scalar>,
     value: Option<Scalar>,
 }
@@ -79,7 +80,7 @@ fn read_fields(c: &mut Cursor<'_>, by: &[u8]) -> Scan<Fields> {
             b"dur" => &mut f.dur,
             b"args" if c.peek()? == b'{' => {
                 // A later `args` replaces an earlier one, as a JSON parser would have it.
-                (f.node, f.correlation, f.value) = (None, None, None);
+                (f.node, f.graph_id, f.correlation, f.value) = (None, None, None, None);
                 return c.object(|c, key| {
                     let buf = c.buf;
                     let by_key = key_is(buf, key, by);
@@ -87,6 +88,8 @@ fn read_fields(c: &mut Cursor<'_>, by: &[u8]) -> Scan<Fields> {
                         Some(&mut f.node)
                     } else if key_is(buf, key, b"correlation") {
                         Some(&mut f.correlation)
+                    } else if key_is(buf, key, b"graph id") {
+                        Some(&mut f.graph_id)
                     } else {
                         None
                     };
@@ -104,7 +107,7 @@ fn read_fields(c: &mut Cursor<'_>, by: &[u8]) -> Scan<Fields> {
                 });
             }
             b"args" => {
-                (f.node, f.correlation, f.value) = (None, None, None);
+                (f.node, f.graph_id, f.correlation, f.value) = (None, None, None, None);
                 return c.skip_value();
             }
             _ => return c.skip_value(),
@@ -119,15 +122,6 @@ fn number(buf: &[u8], s: Option<Scalar>) -> Option<&[u8]> {
     match s {
         Some(Scalar::Number { start, end }) => Some(&buf[start..end]),
         _ => None,
-    }
-}
-
-/// `args.get("graph node id", 0) != 0`, as the reference decides what is graphed.
-fn graphed(buf: &[u8], node: Option<Scalar>) -> bool {
-    match node {
-        None | Some(Scalar::Bool(false)) => false,
-        Some(Scalar::Number { start, end }) => !matches!(Num::parse(&buf[start..end]), Some(n) if n.as_f64() == 0.0),
-        Some(_) => true,
     }
 }
 
@@ -153,7 +147,7 @@ impl Kernels {
         }
         let ts = number(buf, f.ts).and_then(micros_to_nanos);
         let dur = number(buf, f.dur).and_then(micros_to_nanos);
-        if !graphed(buf, f.node) {
+        if !crate::scan::node_of(buf, f.node, f.graph_id).graphed() {
             self.ungraphed += 1;
             self.ungraphed_ns += dur.unwrap_or(0).max(0);
             return;

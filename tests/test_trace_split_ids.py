@@ -1,0 +1,69 @@
+"""Traces torch 2.15's Cuspy profiler writes: each graphed event carries ``"graph id"``
+and only the local ``"graph node id"`` (its lower 32 bits; 0 for a graph's first node),
+as ``torch/profiler/_cuspy/trace.py`` writes them (``a["graph id"] = gid`` where the
+packed id is not 0, then ``a["graph node id"] = gnid & 0xFFFFFFFF``). ``annotate`` and
+``summary`` join them as ``graph id << 32 | graph node id``."""
+
+from __future__ import annotations
+
+import json
+
+import cgfast
+
+GRAPH = 6
+
+
+def cuspy_args(packed: int, correlation: int) -> dict:
+    """``args`` the way Cuspy's writer fills them for a kernel of node ``packed``."""
+    args = {"correlation": correlation}
+    if packed:
+        args["graph id"] = packed >> 32
+        args["graph node id"] = packed & 0xFFFFFFFF
+    return args
+
+
+def cuspy_trace(path, replays=2, nodes=4):
+    events = [{"ph": "M", "name": "thread_name", "pid": 0, "tid": 7, "args": {"name": "stream 7"}}]
+    t = 1000.0
+    for r in range(replays):
+        for local in range(nodes):
+            events.append({"ph": "X", "cat": "kernel", "name": f"k{local}", "pid": 0, "tid": 7, "ts": t, "dur": 2.0,
+                           "args": cuspy_args(GRAPH << 32 | local, 100 + r)})
+            t += 3.0
+        t += 50.0
+    # an eager kernel: no graph id, no node id
+    events.append({"ph": "X", "cat": "kernel", "name": "eager", "pid": 0, "tid": 7, "ts": t, "dur": 2.0, "args": cuspy_args(0, 999)})
+    path.write_text(json.dumps({"traceEvents": events}))
+    return events
+
+
+def test_annotate_joins_graph_id_and_local_node_id(tk, tmp_path):
+    trace = tmp_path / "t.json"
+    cuspy_trace(trace)
+    assert all(e["args"]["graph node id"] < 2**32 for e in json.loads(trace.read_text())["traceEvents"] if "graph id" in e.get("args", {}))
+    annotations = {GRAPH << 32 | local: [{"name": f"op{local}", "module": f"m.l{local // 2}"}] for local in range(4)}
+    ann = tk.write_json_annotations(tmp_path / "a.json", annotations)
+    report = cgfast.annotate_file(trace, annotations=ann, output=tmp_path / "o.json")
+    assert report["annotated"] == 8, "every kernel of both replays, local id 0 included"
+    assert report["recovery"]["replays"] == 0, "ids are present: nothing to recover"
+    events, spans = tk.split_spans(tk.load_json(tmp_path / "o.json")["traceEvents"])
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    for e in kernels[:-1]:
+        local = e["args"]["graph node id"]
+        assert e["args"]["graph id"] == GRAPH and local < 4, "the split fields are left as written"
+        assert e["args"]["name"] == f"op{local}" and e["args"]["module"] == f"m.l{local // 2}"
+    assert "name" not in kernels[-1]["args"]
+    assert [(s["name"], s["ts"]) for s in spans] == [("m", 1000.0), ("m.l0", 1000.0), ("m.l1", 1006.0), ("m", 1062.0), ("m.l0", 1062.0), ("m.l1", 1068.0)]
+
+
+def test_summary_counts_local_node_zero_as_graphed(tk, tmp_path):
+    trace = tmp_path / "t.annotated.json"
+    events = cuspy_trace(trace)
+    for e in events:
+        if e.get("cat") == "kernel" and "graph id" in e["args"]:
+            e["args"]["name"] = f"op{e['args']['graph node id']}"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    rows = {r["value"]: r for r in cgfast.summarize([trace], by="name")}
+    assert rows["op0"]["kernels"] == 2, "local id 0 with a graph id is graphed"
+    assert sum(r["kernels"] for r in rows.values()) == 8, "the eager kernel is not summarised"
+    assert set(rows) == {"op0", "op1", "op2", "op3"}
