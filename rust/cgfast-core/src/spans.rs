@@ -182,10 +182,29 @@ pub fn scope_spans<'a>(index: &TraceIndex, value_of: impl Fn(NodeId) -> Option<&
         placed.push(Placed { lane, event: i as u32, chain, start, end });
     }
     out.base = base.unwrap_or(0);
-    // each lane's events together, in start order
-    placed.sort_unstable_by_key(|p| (p.lane, p.start, p.event));
-    for run in placed.chunk_by(|a, b| a.lane == b.lane) {
-        spans_of_lane(index, run, &chains, &mut out.spans);
+    // each lane's events together (in position order: nearly in start order already),
+    // then in start order
+    let mut first_of_lane = vec![0usize; out.lanes.len() + 1];
+    for p in &placed {
+        first_of_lane[p.lane as usize + 1] += 1;
+    }
+    for lane in 1..first_of_lane.len() {
+        first_of_lane[lane] += first_of_lane[lane - 1];
+    }
+    let mut by_lane = vec![Placed { lane: 0, event: 0, chain: NONE, start: 0, end: 0 }; placed.len()];
+    let mut next = first_of_lane.clone();
+    for p in placed {
+        by_lane[next[p.lane as usize]] = p;
+        next[p.lane as usize] += 1;
+    }
+    for lane in 0..out.lanes.len() {
+        let run = &mut by_lane[first_of_lane[lane]..first_of_lane[lane + 1]];
+        if !run.is_sorted_by_key(|p| (p.start, p.event)) {
+            run.sort_unstable_by_key(|p| (p.start, p.event));
+        }
+        if !run.is_empty() {
+            spans_of_lane(index, run, &chains, &mut out.spans);
+        }
     }
     out
 }
