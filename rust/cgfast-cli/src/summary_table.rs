@@ -103,6 +103,16 @@ pub fn print_table(summary: &Summary, rows: &[Row]) {
     let t = summary.totals();
     let traces = if t.traces == 1 { "1 trace".to_string() } else { format!("{} traces", t.traces) };
     let _ = writeln!(out, "cgfast summary by args.{}: {traces}, {} graphed kernels in {} replays", summary.by, thousands(t.kernels), thousands(t.replays));
+    if summary.hierarchy.rolls_up() {
+        let mut how = Vec::new();
+        if let Some(depth) = summary.hierarchy.depth {
+            how.push(format!("rolled up to their first {depth} dotted segment{}", if depth == 1 { "" } else { "s" }));
+        }
+        if summary.hierarchy.group_layers {
+            how.push("numbered layers merged as *".to_string());
+        }
+        let _ = writeln!(out, "  values         {}", how.join("; "));
+    }
     let _ = writeln!(out, "  busy           {} ms of GPU time (overlapping kernels counted once; kernel time {} ms)", ms(t.busy_us), ms(t.total_us));
     let _ = writeln!(
         out,

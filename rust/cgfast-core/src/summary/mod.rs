@@ -13,6 +13,8 @@
 //!   if nothing else ran; these may sum to more than the busy time).
 
 pub mod chart;
+pub mod hierarchy;
+pub mod icicle;
 pub mod read;
 pub mod time;
 
@@ -22,6 +24,7 @@ use rustc_hash::FxHashMap as HashMap;
 use serde_json::{json, Value as Json};
 
 use crate::parallel::FilesProgress;
+use hierarchy::Hierarchy;
 use read::{Kernel, Kernels, NONE};
 use time::{attribute, union_length, Interval, Spread};
 
@@ -33,11 +36,13 @@ pub struct Options {
     pub steps: bool,
     /// Kernel names listed per value.
     pub top: usize,
+    /// Values rolled up as module paths, and the chart's tree.
+    pub hierarchy: Hierarchy,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { by: "name".into(), steps: false, top: 3 }
+        Options { by: "name".into(), steps: false, top: 3, hierarchy: Hierarchy::default() }
     }
 }
 
@@ -107,6 +112,7 @@ pub struct Summary {
     /// `None`: graphed kernels without the key.
     pub values: HashMap<Option<String>, ValueTotals>,
     pub replays: Vec<Replay>,
+    pub hierarchy: Hierarchy,
 }
 
 /// `kernels[i]` for the indices in `idx`, as intervals.
@@ -199,7 +205,7 @@ impl Summary {
             ungraphed_ns: k.ungraphed_ns,
             unusable: k.unusable,
         };
-        Summary { by: options.by.clone(), steps: options.steps, traces: vec![trace], values, replays }
+        Summary { by: options.by.clone(), steps: options.steps, traces: vec![trace], values, replays, hierarchy: options.hierarchy }
     }
 
     /// Add another summary (of other traces) to this one.
@@ -446,6 +452,10 @@ impl Summary {
             })).collect::<Vec<_>>(),
             "rows": self.rows(top).iter().map(Row::to_json).collect::<Vec<_>>(),
         });
+        if self.hierarchy.rolls_up() {
+            v["depth"] = json!(self.hierarchy.depth);
+            v["group_layers"] = json!(self.hierarchy.group_layers);
+        }
         if self.steps {
             let (busy, span) = self.replay_spread();
             v["replay_spread"] = json!({"busy_us": spread_json(&busy), "span_us": spread_json(&span)});
@@ -479,7 +489,8 @@ impl Summary {
 
 /// Summarise one trace file.
 pub fn summarize_file(path: &Path, options: &Options, progress: &mut dyn FnMut(u64, u64)) -> Result<Summary, String> {
-    let kernels = read::read(path, &options.by, progress)?;
+    let mut kernels = read::read(path, &options.by, progress)?;
+    options.hierarchy.apply(&mut kernels);
     Ok(Summary::of_trace(path, &kernels, options))
 }
 
@@ -496,7 +507,7 @@ pub fn summarize_files(paths: &[PathBuf], options: &Options, jobs: usize, progre
         },
         &mut || progress.show(),
     );
-    let mut summary = Summary { by: options.by.clone(), steps: options.steps, ..Summary::default() };
+    let mut summary = Summary { by: options.by.clone(), steps: options.steps, hierarchy: options.hierarchy, ..Summary::default() };
     let mut failures = Vec::new();
     for (path, result) in paths.iter().zip(results) {
         match result {
