@@ -98,7 +98,8 @@ fn colors_by_name(root: &Node) -> HashMap<&str, (u8, u8, u8)> {
 }
 
 impl Layout<'_> {
-    fn cell(&mut self, x: f64, level: usize, w: f64, fill: (u8, u8, u8), labels: &[String], tooltip: &str, italic: bool) {
+    /// A cell over `[x, x + w)` px.
+    fn cell(&mut self, (x, w): (f64, f64), level: usize, fill: (u8, u8, u8), labels: &[String], tooltip: &str, italic: bool) {
         let y = TOP + LEVEL_H * level as u32;
         // Whole pixels, a white one between neighbours: crisp edges.
         let (left, right) = (x.round(), (x + w).round());
@@ -154,7 +155,7 @@ impl Layout<'_> {
             }
             (vec![format!("{shown} · {time} · {share}"), format!("{shown} {share}"), shown.clone()], tooltip)
         };
-        self.cell(x, level, w, fill, &labels, &tooltip, false);
+        self.cell((x, w), level, fill, &labels, &tooltip, false);
         let mut at = x;
         for c in &n.children {
             self.node(c, at, level + 1);
@@ -163,7 +164,7 @@ impl Layout<'_> {
         if !n.children.is_empty() && n.own_us * self.scale >= 0.5 {
             let own_fill = tint(fill, 0.75);
             let tooltip = format!("{} itself (kernels of this path, not of a path under it) — {}", n.path, human_time(n.own_us));
-            self.cell(at, level + 1, n.own_us * self.scale, own_fill, &["(own)".into()], &tooltip, true);
+            self.cell((at, n.own_us * self.scale), level + 1, own_fill, &["(own)".into()], &tooltip, true);
         }
     }
 }
