@@ -36,6 +36,18 @@ fn recover_mode(name: &str) -> PyResult<Recover> {
     }
 }
 
+/// Annotate the trace file `trace` (`.json` or `.json.gz`) into `output` (default:
+/// `<trace>.annotated.json[.gz]`), as `cgfast annotate` does: annotate, move
+/// overlapping kernels to `overlap_stream`, fix timestamp jitter up to `max_adjust_us`,
+/// recover missing graph node ids (`recover`: "auto", "always" or "never").
+///
+/// `annotations`: a path to an annotation file (JSON, optionally gzipped, or a
+/// PyTorch pickle), a dict of node id -> list, or None to find
+/// `kernel_annotations_rank<R>_*.json` as the CLI does. The output is written to a
+/// temporary file and renamed into place, so a failed run leaves nothing behind; gzip
+/// when its name ends in `.gz` (`gzip_level` 0..9). Returns the `--json` report as a
+/// dict. Raises `TraceError` for a trace or annotation file that cannot be processed,
+/// ValueError for bad options, and KeyboardInterrupt (after cleaning up) on Ctrl-C.
 #[pyfunction]
 #[pyo3(signature = (trace, annotations = None, output = None, *, default_stream = 7, overlap_stream = 8, max_adjust_us = 1.0, recover = "auto", gzip_level = 3))]
 #[allow(clippy::too_many_arguments)]
@@ -85,7 +97,10 @@ pub fn annotate_file<'py>(
     json_to_py(py, &report.to_json(annotations_path.as_deref(), true))
 }
 
-/// `(annotations, graphs)` of an annotation file.
+/// `(annotations, graphs)` of an annotation file (cgfast JSON, optionally gzipped, or
+/// a PyTorch pickle, read without executing code): node id -> list of dicts/strings,
+/// and exec graph id -> its recorded nodes. Raises `TraceError` for a file that is
+/// neither.
 #[pyfunction]
 pub fn read_annotations<'py>(py: Python<'py>, path: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
     let path = path_of(path)?.ok_or_else(|| PyValueError::new_err("path must not be None"))?;
@@ -100,6 +115,10 @@ pub fn read_annotations<'py>(py: Python<'py>, path: &Bound<'py, PyAny>) -> PyRes
     Ok((nodes, graphs_to_py(py, &loaded.graphs)?))
 }
 
+/// Write `annotations` (node id -> list of dicts/strings) and, optionally, `graphs`
+/// (exec graph id -> recorded nodes) as a cgfast annotation file at `path`,
+/// atomically; gzipped when the name ends in `.gz`. Raises TypeError for data of the
+/// wrong shape and `TraceError` when the file cannot be written.
 #[pyfunction]
 #[pyo3(signature = (path, annotations, graphs = None))]
 pub fn write_annotations(py: Python<'_>, path: &Bound<'_, PyAny>, annotations: &Bound<'_, PyAny>, graphs: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
