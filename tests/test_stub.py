@@ -45,6 +45,8 @@ def stub_parameters(f: ast.FunctionDef) -> list[tuple[str, inspect._ParameterKin
 
 def test_the_stub_names_exactly_what_the_module_exports():
     assert set(stub_names()) == exported()
+    listed = next(node.value for node in STUB.body if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["__all__"])
+    assert sorted(ast.literal_eval(listed)) == sorted(_cgfast.__all__) == sorted(exported())
 
 
 @pytest.mark.parametrize("name", sorted(n for n in exported() if callable(getattr(_cgfast, n)) and not isinstance(getattr(_cgfast, n), type)))

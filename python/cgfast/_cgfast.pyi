@@ -10,6 +10,20 @@ _Path = str | os.PathLike[str]
 # (written to args["annotation"])
 _Annotations = Mapping[int, Iterable[Mapping[str, Any] | str]]
 
+__all__ = [
+    "__version__",
+    "TraceError",
+    "annotate_trace",
+    "move_overlapping_to_stream",
+    "fix_overlapping_timestamps",
+    "annotate_file",
+    "read_annotations",
+    "write_annotations",
+    "run_cli",
+    "summary_report",
+    "find_traces",
+]
+
 __version__: str
 
 class TraceError(ValueError):
