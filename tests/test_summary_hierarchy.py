@@ -35,11 +35,11 @@ def report_of(*args):
     return json.loads(run.stdout)
 
 
-@pytest.fixture(scope="module")
-def training(tmp_path_factory):
-    """The H200 compiled training example, annotated by the CLI."""
-    example = EXAMPLES / "h200-compiled-training"
-    out = tmp_path_factory.mktemp("training") / "training.annotated.json"
+@pytest.fixture(scope="module", params=["h200-compiled-training", "h200-compiled-transformer"])
+def example(request, tmp_path_factory):
+    """An H200 compiled example (training step, or transformer inference), annotated by the CLI."""
+    example = EXAMPLES / request.param
+    out = tmp_path_factory.mktemp(request.param) / f"{request.param}.annotated.json"
     run = cgfast("annotate", example / "000000.h200.pt.trace.json.gz", "-a", next(example.glob("kernel_annotations_*.json")), "-o", out)
     assert run.returncode == 0, run.stderr
     return out
@@ -57,7 +57,8 @@ def by_hand(trace: Path, depth, group_layers):
 
 
 @pytest.mark.parametrize("depth, group_layers", [(None, True), (1, False), (2, False), (2, True), (3, True)])
-def test_a_real_trace_rolled_up_against_a_plain_python_reckoning(training, depth, group_layers):
+def test_a_real_trace_rolled_up_against_a_plain_python_reckoning(example, depth, group_layers):
+    training = example
     flags = (["--depth", str(depth)] if depth else []) + (["--group-layers"] if group_layers else [])
     whole = report_of(training, "--by", "module")
     rolled = report_of(training, "--by", "module", *flags)
@@ -200,3 +201,16 @@ def test_the_icicle_renders_in_a_browser(tmp_path, kind, group_layers):
         got = cells(rows[top + 30 * level + 2])
         # A white pixel between neighbours; whole pixels, so each within 1.
         assert got == [pytest.approx(t * px_per_us - 1, abs=1.01) for t in times], (level, got)
+
+
+def test_real_traces_without_graphed_kernels(h200, tmp_path):
+    """The H200 fixtures annotated by the CLI (they hold no graph node ids): an empty tree."""
+    annotations = tmp_path / "ann.json"
+    annotations.write_text(json.dumps({"format": "cgfast-annotations", "version": 1, "annotations": {"5": ["label"]}}))
+    for fixture in h200:
+        out = tmp_path / fixture.name.replace(".json.gz", ".annotated.json.gz")
+        assert cgfast("annotate", fixture, "-a", annotations, "-o", out).returncode == 0
+        chart = tmp_path / f"{fixture.name}.html"
+        run = cgfast("summary", out, "--by", "module", "--depth", "2", "--group-layers", "--chart", chart)
+        assert run.returncode == 0, run.stderr
+        assert "no graphed kernels" in run.stderr and "no graphed kernels" in chart.read_text()
