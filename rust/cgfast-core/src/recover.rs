@@ -9,7 +9,7 @@ use rustc_hash::FxHashMap as HashMap;
 use crate::annotations::{Annotations, GraphNode, NodeKind};
 use crate::key::Num;
 use crate::passes::sort_by_start;
-use crate::trace::{Cat, Node, TraceIndex};
+use crate::trace::{Cat, Node, NodeId, Stamp, TraceIndex};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Recover {
@@ -42,6 +42,21 @@ pub struct Recovery {
     pub tied_events: u64,
     /// Replays needed ids but the annotations hold no graph topology.
     pub no_topology: bool,
+    /// Replays matched to the graph their `cgfast.replay` stamp names.
+    pub stamped_replays: u64,
+    /// Replays that several graphs fit, all giving every event the same annotation:
+    /// given the lowest such graph's ids.
+    pub equivalent_replays: u64,
+    /// Stamps naming a graph the annotations do not have (then matched as unstamped).
+    pub unknown_stamps: u64,
+    /// Stamps naming a graph whose kernels do not fit the replay (then matched as
+    /// unstamped).
+    pub unfit_stamps: u64,
+    /// Ranges named `cgfast.replay...` that name no graph: ignored.
+    pub malformed_stamps: u64,
+    /// Whether stamps were read and equivalent replays annotated (the counts above
+    /// are reported).
+    pub exact: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
@@ -279,11 +294,87 @@ fn fit_by_kernels(plans: &[Plan], sig: &[Vec<(u32, u32)>; 2]) -> Fit {
     Fit::None
 }
 
+/// Per launch correlation in `wanted`, the graph named by the innermost stamp that
+/// encloses the launch's start on its thread.
+fn stamped_graphs(index: &TraceIndex, wanted: &HashMap<i64, Vec<usize>>) -> HashMap<i64, u32> {
+    let mut out = HashMap::default();
+    if index.stamps.is_empty() {
+        return out;
+    }
+    let mut by_thread: HashMap<(u32, u32), Vec<Stamp>> = HashMap::default();
+    for s in &index.stamps {
+        by_thread.entry((s.pid, s.tid)).or_default().push(*s);
+    }
+    // Start order, an enclosing range before those it encloses; with each the latest
+    // end so far, which stops the search backwards.
+    let threads: HashMap<(u32, u32), (Vec<Stamp>, Vec<f64>)> = by_thread
+        .into_iter()
+        .map(|(thread, mut stamps)| {
+            stamps.sort_by(|a, b| a.start.total_cmp(&b.start).then(b.end.total_cmp(&a.end)));
+            let reach = stamps.iter().scan(f64::NEG_INFINITY, |m, s| {
+                *m = m.max(s.end);
+                Some(*m)
+            });
+            let reach = reach.collect();
+            (thread, (stamps, reach))
+        })
+        .collect();
+    for launch in &index.launches {
+        if !wanted.contains_key(&launch.correlation) {
+            continue;
+        }
+        let Some((stamps, reach)) = threads.get(&(launch.pid, launch.tid)) else { continue };
+        let mut j = stamps.partition_point(|s| s.start <= launch.ts);
+        while j > 0 && reach[j - 1] >= launch.ts {
+            j -= 1;
+            if stamps[j].end >= launch.ts {
+                out.insert(launch.correlation, stamps[j].graph);
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// The tier at which `plan` has exactly the replay's kernels.
+fn tier_of(plan: &Plan, sig: &[Vec<(u32, u32)>; 2]) -> Option<Tier> {
+    [Tier::Full, Tier::Base].into_iter().find(|&t| plan.signature[t as usize] == sig[t as usize])
+}
+
+/// Among `candidates` (ascending), the ids of the lowest that takes the replay, if every
+/// candidate that takes it gives each event the same annotation.
+fn equivalent(events: &[Event], plans: &[Plan], candidates: &[usize], tier: Tier, annotations: &Annotations) -> Option<(Vec<i64>, u64)> {
+    let mut first: Option<(Vec<i64>, u64)> = None;
+    for &g in candidates {
+        let mut tied = 0;
+        let Some(ids) = assign(events, &plans[g], tier, &mut tied) else { continue };
+        match &first {
+            None => first = Some((ids, tied)),
+            Some((chosen, _)) => {
+                let same = chosen.iter().zip(&ids).all(|(a, b)| annotations.nodes.get(&(*a as NodeId)) == annotations.nodes.get(&(*b as NodeId)));
+                if !same {
+                    return None;
+                }
+            }
+        }
+    }
+    first
+}
+
 /// Recover node ids in `index` from the topology in `annotations`.
 pub fn recover(index: &mut TraceIndex, annotations: &Annotations, mode: Recover) -> Recovery {
-    let mut report = Recovery::default();
+    recover_with(index, annotations, mode, true)
+}
+
+/// [`recover`]; `exact` reads replay stamps and annotates equivalent replays (without
+/// it, matching is by topology alone, as before stamps).
+pub fn recover_with(index: &mut TraceIndex, annotations: &Annotations, mode: Recover, exact: bool) -> Recovery {
+    let mut report = Recovery { exact, ..Recovery::default() };
     if mode == Recover::Never {
         return report;
+    }
+    if exact {
+        report.malformed_stamps = index.malformed_stamps;
     }
     let candidate = |e: &crate::trace::Tracked| !e.odd() && kind_of(e.cat).is_some() && e.correlation().is_some_and(|c| index.graph_launches.contains(&c));
     if mode == Recover::Auto && !index.events.iter().any(|e| e.node() == Node::Missing && candidate(e)) {
@@ -318,9 +409,12 @@ pub fn recover(index: &mut TraceIndex, annotations: &Annotations, mode: Recover)
 
     let mut names = NameKeys::default();
     let plans: Vec<Plan> = annotations.graphs.values().map(|g| plan(g, &mut names)).collect();
+    let plan_of: HashMap<u32, usize> = annotations.graphs.keys().enumerate().map(|(i, g)| (*g, i)).collect();
+    let stamped = if exact { stamped_graphs(index, &replays) } else { HashMap::default() };
     let mut name_keys: HashMap<(u32, u8), (u32, u32)> = HashMap::default();
     let mut decided: HashMap<[Vec<(u32, u32)>; 2], Fit> = HashMap::default();
-    let mut decided_by_shape: HashMap<Vec<Shaped>, Option<usize>> = HashMap::default();
+    let mut decided_by_shape: HashMap<Vec<Shaped>, Vec<usize>> = HashMap::default();
+    let mut decided_equivalent: HashMap<(Tier, Vec<Shaped>), Option<(Vec<i64>, u64)>> = HashMap::default();
     let mut correlations: Vec<i64> = replays.keys().copied().collect();
     correlations.sort_unstable();
 
@@ -339,37 +433,63 @@ pub fn recover(index: &mut TraceIndex, annotations: &Annotations, mode: Recover)
             })
             .collect();
         let sig = [signature(events.iter().map(|e| e.full)), signature(events.iter().map(|e| e.base))];
+        if let Some(graph) = stamped.get(&c) {
+            match plan_of.get(graph) {
+                None => report.unknown_stamps += 1,
+                Some(&g) => {
+                    let mut tied = 0;
+                    match tier_of(&plans[g], &sig).and_then(|tier| assign(&events, &plans[g], tier, &mut tied)) {
+                        Some(ids) => {
+                            report.stamped_replays += 1;
+                            report.tied_events += tied;
+                            set_recovered(index, &events, ids, &mut report);
+                            continue;
+                        }
+                        None => report.unfit_stamps += 1,
+                    }
+                }
+            }
+        }
         let fit = decided.entry(sig.clone()).or_insert_with(|| fit_by_kernels(&plans, &sig)).clone();
         let chosen = match fit {
             Fit::One(graph, tier) => Some((graph, tier)),
             Fit::Several(graphs, tier) => {
                 let slot = tier as usize;
-                let seen = shapes(events.iter().map(|e| (if tier == Tier::Full { e.full } else { e.base }, e.grid_block)));
-                let graph = *decided_by_shape.entry(seen).or_insert_with_key(|seen| {
-                    let same: Vec<usize> = graphs.iter().copied().filter(|&g| plans[g].shapes[slot] == *seen).collect();
-                    (same.len() == 1).then(|| same[0])
-                });
-                match graph {
-                    Some(graph) => Some((graph, tier)),
-                    None => {
-                        report.ambiguous_replays += 1;
-                        report.ambiguous_events += events.len() as u64;
-                        report.unresolved_events += events.len() as u64;
-                        continue;
+                let key = |e: &Event| (if tier == Tier::Full { e.full } else { e.base }, e.grid_block);
+                let seen = shapes(events.iter().map(key));
+                let same = decided_by_shape.entry(seen).or_insert_with_key(|seen| graphs.iter().copied().filter(|&g| plans[g].shapes[slot] == *seen).collect());
+                if same.len() == 1 {
+                    Some((same[0], tier))
+                } else {
+                    let found = if exact {
+                        let candidates = if same.is_empty() { &graphs } else { &*same };
+                        decided_equivalent
+                            .entry((tier, events.iter().map(key).collect()))
+                            .or_insert_with(|| equivalent(&events, &plans, candidates, tier, annotations))
+                            .clone()
+                    } else {
+                        None
+                    };
+                    match found {
+                        Some((ids, tied)) => {
+                            report.equivalent_replays += 1;
+                            report.tied_events += tied;
+                            set_recovered(index, &events, ids, &mut report);
+                        }
+                        None => {
+                            report.ambiguous_replays += 1;
+                            report.ambiguous_events += events.len() as u64;
+                            report.unresolved_events += events.len() as u64;
+                        }
                     }
+                    continue;
                 }
             }
             Fit::None => None,
         };
         let assigned = chosen.and_then(|(graph, tier)| assign(&events, &plans[graph], tier, &mut report.tied_events));
         match assigned {
-            Some(ids) => {
-                report.recovered_replays += 1;
-                report.recovered_events += ids.len() as u64;
-                for (ev, id) in events.iter().zip(ids) {
-                    index.events[ev.index].set_recovered(id as crate::trace::NodeId);
-                }
-            }
+            Some(ids) => set_recovered(index, &events, ids, &mut report),
             None => {
                 report.unmatched_replays += 1;
                 report.unmatched_events += events.len() as u64;
@@ -378,6 +498,14 @@ pub fn recover(index: &mut TraceIndex, annotations: &Annotations, mode: Recover)
         }
     }
     report
+}
+
+fn set_recovered(index: &mut TraceIndex, events: &[Event], ids: Vec<i64>, report: &mut Recovery) {
+    report.recovered_replays += 1;
+    report.recovered_events += ids.len() as u64;
+    for (ev, id) in events.iter().zip(ids) {
+        index.events[ev.index].set_recovered(id as NodeId);
+    }
 }
 
 #[cfg(test)]
@@ -399,15 +527,24 @@ mod tests {
     /// A trace of replays (correlation, [(kernel, lane, grid)] in start order), each
     /// launched by a `cudaGraphLaunch`, with no `graph node id`.
     fn trace_of(replays: &[(i64, &[(&str, u32, u32)])]) -> TraceIndex {
+        trace_with(replays, &[], "")
+    }
+
+    /// [`trace_of`], the k-th replay's launch at ts 1000 k + 500 on thread 1 of pid 1,
+    /// with CPU ranges (tid, start, dur, name) and `node_ids` (say `, "graph node id": 9`)
+    /// in every kernel's args.
+    fn trace_with(replays: &[(i64, &[(&str, u32, u32)])], ranges: &[(u32, u32, u32, &str)], node_ids: &str) -> TraceIndex {
         let mut events = Vec::new();
-        let mut ts = 0;
-        for (correlation, kernels) in replays {
+        for (tid, start, dur, name) in ranges {
+            events.push(format!(r#"{{"ph": "X", "cat": "user_annotation", "name": "{name}", "pid": 1, "tid": {tid}, "ts": {start}, "dur": {dur}, "args": {{}}}}"#));
+        }
+        for (k, (correlation, kernels)) in replays.iter().enumerate() {
+            let mut ts = 1000 * k + 500;
             events.push(format!(r#"{{"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 1, "tid": 1, "ts": {ts}, "dur": 1, "args": {{"correlation": {correlation}}}}}"#));
             for (name, lane, grid) in kernels.iter() {
                 ts += 10;
-                events.push(format!(r#"{{"ph": "X", "cat": "kernel", "name": "{name}", "pid": 0, "tid": {lane}, "ts": {ts}, "dur": 5, "args": {{"correlation": {correlation}, "grid": [{grid}, 1, 1], "block": [128, 1, 1]}}}}"#));
+                events.push(format!(r#"{{"ph": "X", "cat": "kernel", "name": "{name}", "pid": 0, "tid": {lane}, "ts": {ts}, "dur": 5, "args": {{"correlation": {correlation}, "grid": [{grid}, 1, 1], "block": [128, 1, 1]{node_ids}}}}}"#));
             }
-            ts += 100;
         }
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.json");
@@ -434,9 +571,20 @@ mod tests {
     }
 
     fn recovered(graphs: Vec<(u32, Vec<GraphNode>)>, replays: &[(i64, &[(&str, u32, u32)])]) -> (Vec<Option<i64>>, Recovery) {
-        let mut index = trace_of(replays);
-        let annotations = Annotations { nodes: Default::default(), graphs: graphs.into_iter().collect() };
-        let report = recover(&mut index, &annotations, Recover::Auto);
+        recovered_in(trace_of(replays), graphs, &[], Recover::Auto)
+    }
+
+    /// Recover `index` with `graphs`, each node of graph g annotated `labels[g][local]`.
+    fn recovered_in(mut index: TraceIndex, graphs: Vec<(u32, Vec<GraphNode>)>, labels: &[(u32, &[&str])], mode: Recover) -> (Vec<Option<i64>>, Recovery) {
+        let mut nodes: HashMap<NodeId, Vec<crate::annotations::Item>> = HashMap::default();
+        for (graph, names) in labels {
+            for (local, label) in names.iter().enumerate() {
+                let item = crate::annotations::Item::Other(crate::value::Value::Str(label.to_string()));
+                nodes.insert(((*graph as NodeId) << 32) | local as NodeId, vec![item]);
+            }
+        }
+        let annotations = Annotations { nodes, graphs: graphs.into_iter().collect() };
+        let report = recover(&mut index, &annotations, mode);
         let ids = index
             .events
             .iter()
@@ -484,7 +632,9 @@ mod tests {
         let twin_a = graph(2, &[("k", 4, &[])]);
         let twin_b = graph(4, &[("k", 4, &[])]);
         let other = graph(6, &[("z", 4, &[]), ("z", 4, &[0])]);
-        let (ids, report) = recovered(vec![twin_a, twin_b, other], &[(5, &[("k", 7, 4)]), (6, &[("q", 7, 4), ("q", 7, 4)]), (7, &[("z", 7, 4), ("z", 7, 4)])]);
+        let replays: &[(i64, &[(&str, u32, u32)])] = &[(5, &[("k", 7, 4)]), (6, &[("q", 7, 4), ("q", 7, 4)]), (7, &[("z", 7, 4), ("z", 7, 4)])];
+        let labels: &[(u32, &[&str])] = &[(2, &["a"]), (4, &["b"])];
+        let (ids, report) = recovered_in(trace_of(replays), vec![twin_a, twin_b, other], labels, Recover::Auto);
         let z = 6i64 << 32;
         assert_eq!(ids, vec![None, None, None, Some(z), Some(z | 1)]);
         let counts = (report.replays, report.recovered_replays, report.ambiguous_replays, report.ambiguous_events, report.unmatched_replays, report.unmatched_events, report.unresolved_events);
@@ -501,5 +651,98 @@ mod tests {
         assert_eq!(keys.keys(NodeKind::Kernel, Some("triton_poi_fused_add_0")), keys.keys(NodeKind::Kernel, Some("triton_poi_fused_add_0")));
         assert_eq!(base_name("void at::native::(anonymous namespace)::k<int>(int)"), "at::native::(anonymous namespace)::k");
         assert_eq!(canonical("void f(Foo const&, constant_t)"), "f(Foo,constant_t)");
+    }
+
+    /// Two graphs of the same kernels and shapes (ids 2 and 4) and a third with others.
+    fn twins() -> Vec<(u32, Vec<GraphNode>)> {
+        vec![graph(2, &[("k", 4, &[]), ("m", 4, &[0])]), graph(4, &[("k", 4, &[]), ("m", 4, &[0])]), graph(6, &[("z", 4, &[])])]
+    }
+
+    const TWIN: &[(&str, u32, u32)] = &[("k", 7, 4), ("m", 7, 4)];
+    const G2: i64 = 2 << 32;
+    const G4: i64 = 4 << 32;
+
+    #[test]
+    fn unstamped_twins_with_equal_annotations_take_the_lowest_graph() {
+        let labels: &[(u32, &[&str])] = &[(2, &["attn", "mlp"]), (4, &["attn", "mlp"])];
+        let (ids, report) = recovered_in(trace_of(&[(5, TWIN), (6, TWIN)]), twins(), labels, Recover::Auto);
+        assert_eq!(ids, vec![Some(G2), Some(G2 | 1), Some(G2), Some(G2 | 1)]);
+        assert_eq!((report.recovered_replays, report.equivalent_replays, report.ambiguous_replays, report.stamped_replays), (2, 2, 0, 0));
+    }
+
+    #[test]
+    fn unstamped_twins_with_differing_annotations_are_left_alone() {
+        let labels: &[(u32, &[&str])] = &[(2, &["attn", "mlp"]), (4, &["attn", "other"])];
+        let (ids, report) = recovered_in(trace_of(&[(5, TWIN)]), twins(), labels, Recover::Auto);
+        assert_eq!(ids, vec![None, None]);
+        assert_eq!((report.recovered_replays, report.equivalent_replays, report.ambiguous_replays, report.ambiguous_events), (0, 0, 1, 2));
+        // one annotated and one not differ too
+        let labels: &[(u32, &[&str])] = &[(2, &["attn", "mlp"])];
+        let (_, report) = recovered_in(trace_of(&[(5, TWIN)]), twins(), labels, Recover::Auto);
+        assert_eq!(report.ambiguous_replays, 1);
+    }
+
+    #[test]
+    fn stamps_name_the_graph_of_each_replay() {
+        let labels: &[(u32, &[&str])] = &[(2, &["attn", "mlp"]), (4, &["attn", "other"])];
+        let stamps = [(1, 400, 200, "cgfast.replay 4"), (1, 1400, 200, "cgfast.replay 2"), (1, 2400, 200, "cgfast.replay 4")];
+        let index = trace_with(&[(5, TWIN), (6, TWIN), (7, TWIN)], &stamps, "");
+        let (ids, report) = recovered_in(index, twins(), labels, Recover::Auto);
+        assert_eq!(ids, vec![Some(G4), Some(G4 | 1), Some(G2), Some(G2 | 1), Some(G4), Some(G4 | 1)]);
+        assert_eq!((report.recovered_replays, report.stamped_replays, report.ambiguous_replays, report.equivalent_replays), (3, 3, 0, 0));
+        // without stamps reading, as before
+        let index = trace_with(&[(5, TWIN), (6, TWIN), (7, TWIN)], &stamps, "");
+        let annotations = Annotations { nodes: Default::default(), graphs: twins().into_iter().collect() };
+        let mut plain = index;
+        let report = recover_with(&mut plain, &annotations, Recover::Auto, false);
+        assert_eq!((report.recovered_replays, report.ambiguous_replays, report.stamped_replays), (0, 3, 0));
+    }
+
+    #[test]
+    fn the_innermost_enclosing_stamp_decides() {
+        let labels: &[(u32, &[&str])] = &[(2, &["a", "b"]), (4, &["c", "d"])];
+        // replay 0 (launch at 500) sits in an outer stamp (naming 2) and an inner one
+        // (naming 4) opened inside a plain range; replay 1 (at 1500) is in the outer
+        // stamp only, after the inner one ended
+        let ranges = [(1, 0, 3000, "cgfast.replay 2"), (1, 300, 400, "forward"), (1, 450, 100, "cgfast.replay 4"), (1, 460, 80, "aten::mm")];
+        let (ids, report) = recovered_in(trace_with(&[(5, TWIN), (6, TWIN)], &ranges, ""), twins(), labels, Recover::Auto);
+        assert_eq!(ids, vec![Some(G4), Some(G4 | 1), Some(G2), Some(G2 | 1)]);
+        assert_eq!(report.stamped_replays, 2);
+    }
+
+    #[test]
+    fn stamps_on_another_thread_are_not_read() {
+        let labels: &[(u32, &[&str])] = &[(2, &["a", "b"]), (4, &["c", "d"])];
+        let (ids, report) = recovered_in(trace_with(&[(5, TWIN)], &[(2, 400, 200, "cgfast.replay 4")], ""), twins(), labels, Recover::Auto);
+        assert_eq!(ids, vec![None, None]);
+        assert_eq!((report.stamped_replays, report.ambiguous_replays), (0, 1));
+    }
+
+    #[test]
+    fn unknown_and_unfit_stamps_are_reported_not_trusted() {
+        let labels: &[(u32, &[&str])] = &[(2, &["a", "b"]), (4, &["a", "b"])];
+        // 9 is no recorded graph; 6 has other kernels: both replays then match as unstamped
+        let ranges = [(1, 400, 200, "cgfast.replay 9"), (1, 1400, 200, "cgfast.replay 6")];
+        let (ids, report) = recovered_in(trace_with(&[(5, TWIN), (6, TWIN)], &ranges, ""), twins(), labels, Recover::Auto);
+        assert_eq!(ids, vec![Some(G2), Some(G2 | 1), Some(G2), Some(G2 | 1)]);
+        assert_eq!((report.unknown_stamps, report.unfit_stamps, report.stamped_replays, report.equivalent_replays), (1, 1, 0, 2));
+    }
+
+    #[test]
+    fn malformed_stamps_are_counted_and_ignored() {
+        let labels: &[(u32, &[&str])] = &[(2, &["a", "b"]), (4, &["c", "d"])];
+        let ranges = [(1, 400, 200, "cgfast.replay x"), (1, 410, 100, "cgfast.replay"), (1, 420, 50, "cgfast.replay 4 "), (1, 1400, 200, "cgfast.replay 4")];
+        let (ids, report) = recovered_in(trace_with(&[(5, TWIN), (6, TWIN)], &ranges, ""), twins(), labels, Recover::Auto);
+        assert_eq!(ids, vec![None, None, Some(G4), Some(G4 | 1)]);
+        assert_eq!((report.malformed_stamps, report.stamped_replays, report.ambiguous_replays), (3, 1, 1));
+    }
+
+    #[test]
+    fn stamps_change_nothing_where_the_trace_has_node_ids() {
+        let labels: &[(u32, &[&str])] = &[(2, &["a", "b"]), (4, &["c", "d"])];
+        let index = trace_with(&[(5, TWIN)], &[(1, 400, 200, "cgfast.replay 4")], r#", "graph node id": 8589934593"#);
+        let (ids, report) = recovered_in(index, twins(), labels, Recover::Auto);
+        assert_eq!(ids, vec![Some(G2 | 1), Some(G2 | 1)]);
+        assert_eq!(report, Recovery { exact: true, ..Recovery::default() });
     }
 }

@@ -37,7 +37,7 @@ fn recover_mode(name: &str) -> PyResult<Recover> {
 }
 
 #[pyfunction]
-#[pyo3(signature = (trace, annotations = None, output = None, *, default_stream = 7, overlap_stream = 8, max_adjust_us = 1.0, recover = "auto", gzip_level = 3))]
+#[pyo3(signature = (trace, annotations = None, output = None, *, default_stream = 7, overlap_stream = 8, max_adjust_us = 1.0, recover = "auto", gzip_level = 3, topology_only = false))]
 #[allow(clippy::too_many_arguments)]
 pub fn annotate_file<'py>(
     py: Python<'py>,
@@ -49,6 +49,7 @@ pub fn annotate_file<'py>(
     max_adjust_us: f64,
     recover: &str,
     gzip_level: u32,
+    topology_only: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let started = Instant::now();
     let trace = path_of(trace)?.ok_or_else(|| PyValueError::new_err("trace must be a path"))?;
@@ -75,7 +76,7 @@ pub fn annotate_file<'py>(
         None => None,
     }
     .unwrap_or_else(|| default_output(&trace));
-    let options = Options { default_stream, overlap_stream, max_adjust_us, recover: recover_mode(recover)?, gzip_level };
+    let options = Options { default_stream, overlap_stream, max_adjust_us, recover: recover_mode(recover)?, gzip_level, topology_only };
     let (result, raised) = interruptible(py, || pipeline::annotate_file(&trace, &annotations, &output, &options, &mut |_, _, _| {}))?;
     if let Some(e) = raised {
         return Err(e);
