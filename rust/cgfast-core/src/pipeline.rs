@@ -448,6 +448,7 @@ impl Report {
                 "unknown_stamps": r.unknown_stamps,
                 "unfit_stamps": r.unfit_stamps,
                 "malformed_stamps": r.malformed_stamps,
+                "base_name_replays": r.base_name_replays,
             });
             for (k, value) in exact.as_object().expect("an object") {
                 v["recovery"][k] = value.clone();

@@ -54,6 +54,9 @@ pub struct Recovery {
     pub unfit_stamps: u64,
     /// Ranges named `cgfast.replay...` that name no graph: ignored.
     pub malformed_stamps: u64,
+    /// Recovered replays whose kernels met their graph's by base names only (some
+    /// driver and profiler spellings of one function did not meet).
+    pub base_name_replays: u64,
     /// Whether stamps were read and equivalent replays annotated (the counts above
     /// are reported).
     pub exact: bool,
@@ -488,11 +491,11 @@ pub fn recover_with(index: &mut TraceIndex, annotations: &Annotations, mode: Rec
                 None => report.unknown_stamps += 1,
                 Some(&g) => {
                     let mut tied = 0;
-                    match tier_of(&plans[g], &sig).and_then(|tier| assign(&events, &plans[g], tier, &mut tied)) {
-                        Some(ids) => {
+                    match tier_of(&plans[g], &sig).and_then(|tier| assign(&events, &plans[g], tier, &mut tied).map(|ids| (ids, tier))) {
+                        Some(assigned) => {
                             report.stamped_replays += 1;
                             report.tied_events += tied;
-                            set_recovered(index, &events, ids, &mut report);
+                            set_recovered(index, &events, assigned, &mut report);
                             continue;
                         }
                         None => report.unfit_stamps += 1,
@@ -524,7 +527,7 @@ pub fn recover_with(index: &mut TraceIndex, annotations: &Annotations, mode: Rec
                         Some((ids, tied)) => {
                             report.equivalent_replays += 1;
                             report.tied_events += tied;
-                            set_recovered(index, &events, ids, &mut report);
+                            set_recovered(index, &events, (ids, tier), &mut report);
                         }
                         None => {
                             report.ambiguous_replays += 1;
@@ -537,9 +540,9 @@ pub fn recover_with(index: &mut TraceIndex, annotations: &Annotations, mode: Rec
             }
             Fit::None => None,
         };
-        let assigned = chosen.and_then(|(graph, tier)| assign(&events, &plans[graph], tier, &mut report.tied_events));
+        let assigned = chosen.and_then(|(graph, tier)| assign(&events, &plans[graph], tier, &mut report.tied_events).map(|ids| (ids, tier)));
         match assigned {
-            Some(ids) => set_recovered(index, &events, ids, &mut report),
+            Some(assigned) => set_recovered(index, &events, assigned, &mut report),
             None => {
                 report.unmatched_replays += 1;
                 report.unmatched_events += events.len() as u64;
@@ -550,8 +553,11 @@ pub fn recover_with(index: &mut TraceIndex, annotations: &Annotations, mode: Rec
     report
 }
 
-fn set_recovered(index: &mut TraceIndex, events: &[Event], ids: Vec<i64>, report: &mut Recovery) {
+fn set_recovered(index: &mut TraceIndex, events: &[Event], (ids, tier): (Vec<i64>, Tier), report: &mut Recovery) {
     report.recovered_replays += 1;
+    if tier == Tier::Base {
+        report.base_name_replays += 1;
+    }
     report.recovered_events += ids.len() as u64;
     for (ev, id) in events.iter().zip(ids) {
         index.events[ev.index].set_recovered(id as NodeId);
@@ -852,5 +858,14 @@ mod tests {
             }
         }
         assert!(checked > 0);
+    }
+
+    #[test]
+    fn replays_met_by_base_names_only_are_counted() {
+        let g = graph(2, &[("_Z1fIiEvi", 4, &[])]);
+        let (ids, report) = recovered(vec![g.clone()], &[(5, &[("void f<int>(int)", 7, 4)])]);
+        assert_eq!((ids, report.base_name_replays), (vec![Some(2i64 << 32)], 0));
+        let (ids, report) = recovered(vec![g], &[(5, &[("void f<float>(float)", 7, 4)])]);
+        assert_eq!((ids, report.base_name_replays), (vec![Some(2i64 << 32)], 1));
     }
 }
