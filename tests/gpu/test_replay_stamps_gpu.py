@@ -127,13 +127,15 @@ class ModuleScopes:
         snapshot.__exit__(None, None, None)
 
 
-def test_serving_style_graphs_for_batch_sizes_1_to_16_replayed_shuffled(truth, tmp_path):
+def serve(truth, tmp_path, name: str, batches: list, copies: int) -> dict:
+    """Capture the decoder step ``copies`` times per batch size (each copy's scopes
+    naming it), replay every graph twice in a shuffled order under the profiler, and
+    check the annotated trace; returns the figures."""
     model = llama()
     gt = GroundTruth(truth)
     inner = model.model
     modules = {"embed_tokens": inner.embed_tokens, **{f"layers.{i}": layer for i, layer in enumerate(inner.layers)}, "norm": inner.norm, "lm_head": model.lm_head}
     scopes = ModuleScopes(gt, modules)
-    batches = list(range(1, 17))
     inputs = {bs: torch.randint(0, 256, (bs, 1), device="cuda") for bs in batches}
     outputs, graphs = {}, {}
 
@@ -152,20 +154,21 @@ def test_serving_style_graphs_for_batch_sizes_1_to_16_replayed_shuffled(truth, t
 
     pool = None
     for bs in reversed(batches):  # largest first, sharing one memory pool as servers do
-        g = torch.cuda.CUDAGraph()
-        scopes.batch = bs
-        first = len(gt.scopes)
-        with capture.graph(g, pool=pool):
-            outputs[bs] = decode(bs)
-        pool = g.pool()
-        gt.instantiated(gt.scopes[first][0], g)
-        graphs[bs] = g
+        for copy in range(copies):
+            g = torch.cuda.CUDAGraph()
+            scopes.batch = bs if copies == 1 else f"{bs} copy {copy}"
+            first = len(gt.scopes)
+            with capture.graph(g, pool=pool):
+                outputs[bs, copy] = decode(bs)
+            pool = g.pool()
+            gt.instantiated(gt.scopes[first][0], g)
+            graphs[bs, copy] = g
     torch.cuda.synchronize()
 
-    order = [bs for _ in range(2) for bs in batches]
+    order = [key for _ in range(2) for key in graphs]
     random.Random(0).shuffle(order)
     replays = iter(order)
-    directory = out_dir(tmp_path, "serving_batch_1_to_16")
+    directory = out_dir(tmp_path, name)
     handler = profile_replays(lambda: graphs[next(replays)].replay(), len(order), directory)
     expected, launches = gt.expected()
     annotated = load(handler.annotate_result["output"])
@@ -173,9 +176,21 @@ def test_serving_style_graphs_for_batch_sizes_1_to_16_replayed_shuffled(truth, t
     exact = cli(handler.trace_path, os.path.join(directory, "cli.annotated.json.gz"))
     assert load(exact["output"]) == annotated
     alone = cli(handler.trace_path, os.path.join(directory, "topology_only.annotated.json.gz"), "--topology-only")
-    write_figures(directory, "serving_batch_1_to_16", figures, exact, alone)
+    line = write_figures(directory, name, figures, exact, alone)
     assert figures["replays"] == len(order) and figures["annotated"] > 0
     assert_exact(figures, exact["recovery"])
     assert exact["recovery"]["stamped_replays"] == len(order), exact["recovery"]
     batch_of = {e["args"].get("batch") for e in annotated["traceEvents"] if e.get("cat") == "kernel" and "batch" in e.get("args", {})}
-    assert batch_of == {str(bs) for bs in batches}
+    assert len(batch_of) == len(graphs), batch_of
+    return line
+
+
+def test_serving_style_graphs_for_batch_sizes_1_to_16_replayed_shuffled(truth, tmp_path):
+    serve(truth, tmp_path, "serving_batch_1_to_16", list(range(1, 17)), copies=1)
+
+
+def test_twin_graphs_per_batch_size_are_told_apart_by_their_stamps(truth, tmp_path):
+    # two captures per batch size launch identically but carry different annotations:
+    # recovery by topology alone must leave them ambiguous, the stamps decide
+    line = serve(truth, tmp_path, "serving_twins_batch_1_to_4", [1, 2, 3, 4], copies=2)
+    assert line["ambiguous_replays_by_topology_alone"] == line["replays"], line
