@@ -389,6 +389,9 @@ fn stamped_graphs(index: &TraceIndex, wanted: &HashMap<i64, Vec<usize>>) -> Hash
     out
 }
 
+/// A replay's node ids, and how many of them the lowest-id rule chose.
+type Assigned = (Vec<i64>, u64);
+
 /// The tier at which `plan` has exactly the replay's kernels.
 fn tier_of(plan: &Plan, sig: &[Vec<(u32, u32)>; 2]) -> Option<Tier> {
     [Tier::Full, Tier::Base].into_iter().find(|&t| plan.signature[t as usize] == sig[t as usize])
@@ -396,8 +399,8 @@ fn tier_of(plan: &Plan, sig: &[Vec<(u32, u32)>; 2]) -> Option<Tier> {
 
 /// Among `candidates` (ascending), the ids of the lowest that takes the replay, if every
 /// candidate that takes it gives each event the same annotation.
-fn equivalent(events: &[Event], plans: &[Plan], candidates: &[usize], tier: Tier, annotations: &Annotations) -> Option<(Vec<i64>, u64)> {
-    let mut first: Option<(Vec<i64>, u64)> = None;
+fn equivalent(events: &[Event], plans: &[Plan], candidates: &[usize], tier: Tier, annotations: &Annotations) -> Option<Assigned> {
+    let mut first: Option<Assigned> = None;
     for &g in candidates {
         let mut tied = 0;
         let Some(ids) = assign(events, &plans[g], tier, &mut tied) else { continue };
@@ -467,7 +470,7 @@ pub fn recover_with(index: &mut TraceIndex, annotations: &Annotations, mode: Rec
     let mut name_keys: HashMap<(u32, u8), (u32, u32)> = HashMap::default();
     let mut decided: HashMap<[Vec<(u32, u32)>; 2], Fit> = HashMap::default();
     let mut decided_by_shape: HashMap<Vec<Shaped>, Vec<usize>> = HashMap::default();
-    let mut decided_equivalent: HashMap<(Tier, Vec<Shaped>), Option<(Vec<i64>, u64)>> = HashMap::default();
+    let mut decided_equivalent: HashMap<(Tier, Vec<Shaped>), Option<Assigned>> = HashMap::default();
     let mut correlations: Vec<i64> = replays.keys().copied().collect();
     correlations.sort_unstable();
 
@@ -585,16 +588,19 @@ mod tests {
         ("_ZN2at6native12_GLOBAL__N_110add_kernelEPKfPfi", "at::native::(anonymous namespace)::add_kernel(float const*, float*, int)"),
     ];
 
+    /// A replay: its correlation and its (kernel, lane, grid) in start order.
+    type Replay<'a> = (i64, &'a [(&'a str, u32, u32)]);
+
     /// A trace of replays (correlation, [(kernel, lane, grid)] in start order), each
     /// launched by a `cudaGraphLaunch`, with no `graph node id`.
-    fn trace_of(replays: &[(i64, &[(&str, u32, u32)])]) -> TraceIndex {
+    fn trace_of(replays: &[Replay]) -> TraceIndex {
         trace_with(replays, &[], "")
     }
 
     /// [`trace_of`], the k-th replay's launch at ts 1000 k + 500 on thread 1 of pid 1,
     /// with CPU ranges (tid, start, dur, name) and `node_ids` (say `, "graph node id": 9`)
     /// in every kernel's args.
-    fn trace_with(replays: &[(i64, &[(&str, u32, u32)])], ranges: &[(u32, u32, u32, &str)], node_ids: &str) -> TraceIndex {
+    fn trace_with(replays: &[Replay], ranges: &[(u32, u32, u32, &str)], node_ids: &str) -> TraceIndex {
         let mut events = Vec::new();
         for (tid, start, dur, name) in ranges {
             events.push(format!(r#"{{"ph": "X", "cat": "user_annotation", "name": "{name}", "pid": 1, "tid": {tid}, "ts": {start}, "dur": {dur}, "args": {{}}}}"#));
@@ -631,7 +637,7 @@ mod tests {
         (exec, nodes)
     }
 
-    fn recovered(graphs: Vec<(u32, Vec<GraphNode>)>, replays: &[(i64, &[(&str, u32, u32)])]) -> (Vec<Option<i64>>, Recovery) {
+    fn recovered(graphs: Vec<(u32, Vec<GraphNode>)>, replays: &[Replay]) -> (Vec<Option<i64>>, Recovery) {
         recovered_in(trace_of(replays), graphs, &[], Recover::Auto)
     }
 
@@ -693,7 +699,7 @@ mod tests {
         let twin_a = graph(2, &[("k", 4, &[])]);
         let twin_b = graph(4, &[("k", 4, &[])]);
         let other = graph(6, &[("z", 4, &[]), ("z", 4, &[0])]);
-        let replays: &[(i64, &[(&str, u32, u32)])] = &[(5, &[("k", 7, 4)]), (6, &[("q", 7, 4), ("q", 7, 4)]), (7, &[("z", 7, 4), ("z", 7, 4)])];
+        let replays: &[Replay] = &[(5, &[("k", 7, 4)]), (6, &[("q", 7, 4), ("q", 7, 4)]), (7, &[("z", 7, 4), ("z", 7, 4)])];
         let labels: &[(u32, &[&str])] = &[(2, &["a"]), (4, &["b"])];
         let (ids, report) = recovered_in(trace_of(replays), vec![twin_a, twin_b, other], labels, Recover::Auto);
         let z = 6i64 << 32;

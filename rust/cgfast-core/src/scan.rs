@@ -263,7 +263,7 @@ fn observe(buf: &[u8], raw: &Raw, ordinal: u32, index: &mut TraceIndex) -> Kept 
     };
     let node = if raw.args_object { node(buf, raw.gni) } else { Node::Missing };
     let (tid, tid_spelling) = spelled_key(buf, raw.tid, &mut index.keys);
-    if !is_tracked(cat, ph, node) && !(cat == Cat::CpuAnnotation && names_a_stamp(buf, raw.name)) {
+    if !(is_tracked(cat, ph, node) || (cat == Cat::CpuAnnotation && names_a_stamp(buf, raw.name))) {
         index.event_count += 1;
         let id = index.keys.id(tid);
         index.use_lane(id);
