@@ -42,6 +42,7 @@ def annotate_file(
     max_adjust_us: float = 1.0,
     recover: Literal["auto", "always", "never"] = "auto",
     gzip_level: int = 3,
+    topology_only: bool = False,
 ) -> dict[str, Any]: ...
 def read_annotations(path: _Path) -> tuple[dict[int, list[Any]], dict[int, list[dict[str, Any]]]]: ...
 def write_annotations(

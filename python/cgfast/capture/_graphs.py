@@ -216,15 +216,62 @@ def _wrapped(name: str, original):
 
         wrapper = instantiate
     else:
+        profiler = _profiler_flag()
 
-        def replay(self, *args, **kwargs):
-            original(self, *args, **kwargs)
+        # no *args: packing them would cost more than the rest (torch's replay takes none)
+        def replay(self):
+            if profiler._is_profiler_enabled:
+                return stamped_replay(self, original)
+            original(self)
             keys = getattr(self, _KEYS_ATTR, None)
             if keys is not None and keys.key_id == keys.capture_id:
                 on_instantiated(self)  # instantiated inside replay
 
         wrapper = replay
     return functools.wraps(original)(wrapper)
+
+
+def _profiler_flag() -> Any:
+    """What says, in one attribute read, whether a profiler session is active:
+    ``torch.autograd.profiler`` (its ``_is_profiler_enabled``, set by every profiler
+    session since torch 2.1), else an object asking the profiler itself."""
+    import torch.autograd.profiler as profiler
+
+    if isinstance(getattr(profiler, "_is_profiler_enabled", None), bool):
+        return profiler
+
+    class _Asking:
+        @property
+        def _is_profiler_enabled(self) -> bool:
+            import torch
+
+            return bool(torch._C._autograd._profiler_enabled())
+
+    return _Asking()
+
+
+def stamp_name(exec_id: int) -> str:
+    """The profiler range a recorded graph's replays run in (``cgfast annotate`` reads
+    it to tell graphs of identical kernels apart)."""
+    return f"cgfast.replay {exec_id}"
+
+
+def stamped_replay(cuda_graph: Any, original) -> Any:
+    """Replay ``cuda_graph`` inside a ``cgfast.replay <exec id>`` profiler range (only
+    graphs whose annotations are recorded: their executable id is known)."""
+    keys = getattr(cuda_graph, _KEYS_ATTR, None)
+    if keys is not None and keys.key_id == keys.capture_id:
+        # not remapped yet: a keep_graph graph that replay would instantiate (torch <= 2.14)
+        if not _has_exec(cuda_graph) and hasattr(cuda_graph, "instantiate"):
+            cuda_graph.instantiate()
+        else:
+            on_instantiated(cuda_graph)
+    if keys is None or keys.key_id == keys.capture_id:
+        return original(cuda_graph)
+    import torch
+
+    with torch.autograd.profiler.record_function(stamp_name(keys.key_id)):
+        return original(cuda_graph)
 
 
 def patch_class(cls: type) -> bool:

@@ -124,6 +124,14 @@ pub fn print_table(summary: &Summary, rows: &[Row]) {
     if t.ungraphed_kernels > 0 {
         let _ = writeln!(out, "  not graphed    {} kernels, {} ms (not counted)", thousands(t.ungraphed_kernels), ms(t.ungraphed_us));
     }
+    if t.unresolved_kernels > 0 {
+        let _ = writeln!(
+            out,
+            "  unresolved     {} of them graph-launched, {} ms: their replay was ambiguous or matched no recorded graph, so they carry no node id or annotation",
+            thousands(t.unresolved_kernels),
+            ms(t.unresolved_us)
+        );
+    }
     if t.unusable_events > 0 {
         let _ = writeln!(out, "  unusable       {} graphed events without a numeric ts and dur (not counted)", thousands(t.unusable_events));
     }

@@ -29,11 +29,13 @@ pub struct Options {
     pub max_adjust_us: f64,
     pub recover: Recover,
     pub gzip_level: u32,
+    /// Recover by the recorded topology alone: no replay stamps, no equivalent replays.
+    pub topology_only: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { default_stream: 7, overlap_stream: 8, max_adjust_us: 1.0, recover: Recover::Auto, gzip_level: 3 }
+        Options { default_stream: 7, overlap_stream: 8, max_adjust_us: 1.0, recover: Recover::Auto, gzip_level: 3, topology_only: false }
     }
 }
 
@@ -134,7 +136,7 @@ pub fn annotate_file(
     mark("scanned");
     give_back_freed_memory();
     mark("trimmed");
-    let recovery = recover::recover(&mut index, annotations, options.recover);
+    let recovery = recover::recover_with(&mut index, annotations, options.recover, !options.topology_only);
     mark("recovered");
     let used = index.events.iter().filter_map(|e| match e.current_node() {
         crate::trace::Node::Id(n) => Some(n),
@@ -439,6 +441,19 @@ impl Report {
             "seconds": self.seconds,
             "mb_per_s": self.mb_per_s(),
         });
+        if r.exact {
+            let exact = serde_json::json!({
+                "stamped_replays": r.stamped_replays,
+                "equivalent_replays": r.equivalent_replays,
+                "unknown_stamps": r.unknown_stamps,
+                "unfit_stamps": r.unfit_stamps,
+                "malformed_stamps": r.malformed_stamps,
+                "base_name_replays": r.base_name_replays,
+            });
+            for (k, value) in exact.as_object().expect("an object") {
+                v["recovery"][k] = value.clone();
+            }
+        }
         if with_overlaps {
             v["overlaps"] = self
                 .overlaps

@@ -39,7 +39,9 @@ fn recover_mode(name: &str) -> PyResult<Recover> {
 /// Annotate the trace file `trace` (`.json` or `.json.gz`) into `output` (default:
 /// `<trace>.annotated.json[.gz]`), as `cgfast annotate` does: annotate, move
 /// overlapping kernels to `overlap_stream`, fix timestamp jitter up to `max_adjust_us`,
-/// recover missing graph node ids (`recover`: "auto", "always" or "never").
+/// recover missing graph node ids (`recover`: "auto", "always" or "never";
+/// `topology_only` ignores `cgfast.replay` stamps and equivalent replays, as before
+/// they existed).
 ///
 /// `annotations`: a path to an annotation file (JSON, optionally gzipped, or a
 /// PyTorch pickle), a dict of node id -> list, or None to find
@@ -49,7 +51,7 @@ fn recover_mode(name: &str) -> PyResult<Recover> {
 /// dict. Raises `TraceError` for a trace or annotation file that cannot be processed,
 /// ValueError for bad options, and KeyboardInterrupt (after cleaning up) on Ctrl-C.
 #[pyfunction]
-#[pyo3(signature = (trace, annotations = None, output = None, *, default_stream = 7, overlap_stream = 8, max_adjust_us = 1.0, recover = "auto", gzip_level = 3))]
+#[pyo3(signature = (trace, annotations = None, output = None, *, default_stream = 7, overlap_stream = 8, max_adjust_us = 1.0, recover = "auto", gzip_level = 3, topology_only = false))]
 #[allow(clippy::too_many_arguments)]
 pub fn annotate_file<'py>(
     py: Python<'py>,
@@ -61,6 +63,7 @@ pub fn annotate_file<'py>(
     max_adjust_us: f64,
     recover: &str,
     gzip_level: u32,
+    topology_only: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let started = Instant::now();
     let trace = path_of(trace)?.ok_or_else(|| PyValueError::new_err("trace must be a path"))?;
@@ -87,7 +90,7 @@ pub fn annotate_file<'py>(
         None => None,
     }
     .unwrap_or_else(|| default_output(&trace));
-    let options = Options { default_stream, overlap_stream, max_adjust_us, recover: recover_mode(recover)?, gzip_level };
+    let options = Options { default_stream, overlap_stream, max_adjust_us, recover: recover_mode(recover)?, gzip_level, topology_only };
     let (result, raised) = interruptible(py, || pipeline::annotate_file(&trace, &annotations, &output, &options, &mut |_, _, _| {}))?;
     if let Some(e) = raised {
         return Err(e);

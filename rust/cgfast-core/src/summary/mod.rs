@@ -78,6 +78,10 @@ pub struct TraceTotals {
     pub ungraphed: u64,
     pub ungraphed_ns: i64,
     pub unusable: u64,
+    /// Of the ungraphed work, that launched by a `cudaGraphLaunch`: graphed work whose
+    /// replay `cgfast annotate` left without ids (ambiguous, or matching no graph).
+    pub unresolved: u64,
+    pub unresolved_ns: i64,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -204,6 +208,8 @@ impl Summary {
             ungraphed: k.ungraphed,
             ungraphed_ns: k.ungraphed_ns,
             unusable: k.unusable,
+            unresolved: k.ungraphed_correlated.iter().filter(|(c, _)| k.graph_launches.contains(c)).count() as u64,
+            unresolved_ns: k.ungraphed_correlated.iter().filter(|(c, _)| k.graph_launches.contains(c)).map(|(_, d)| d).sum(),
         };
         Summary { by: options.by.clone(), steps: options.steps, traces: vec![trace], values, replays, hierarchy: options.hierarchy }
     }
@@ -336,6 +342,8 @@ impl Summary {
             ungraphed_kernels: self.traces.iter().map(|t| t.ungraphed).sum(),
             ungraphed_us: us_i(self.traces.iter().map(|t| t.ungraphed_ns).sum()),
             unusable_events: self.traces.iter().map(|t| t.unusable).sum(),
+            unresolved_kernels: self.traces.iter().map(|t| t.unresolved).sum(),
+            unresolved_us: us_i(self.traces.iter().map(|t| t.unresolved_ns).sum()),
         }
     }
 
@@ -365,6 +373,10 @@ pub struct Totals {
     pub ungraphed_kernels: u64,
     pub ungraphed_us: f64,
     pub unusable_events: u64,
+    /// Of the ungraphed kernels, those a `cudaGraphLaunch` launched: their replay was
+    /// left unresolved (ambiguous or unmatched) when the trace was annotated.
+    pub unresolved_kernels: u64,
+    pub unresolved_us: f64,
 }
 
 fn spread_json(s: &Spread) -> Json {
@@ -455,6 +467,15 @@ impl Summary {
         if self.hierarchy.rolls_up() {
             v["depth"] = json!(self.hierarchy.depth);
             v["group_layers"] = json!(self.hierarchy.group_layers);
+        }
+        // only where there are some, so that other traces' reports read as before
+        if t.unresolved_kernels > 0 {
+            v["totals"]["unresolved_kernels"] = json!(t.unresolved_kernels);
+            v["totals"]["unresolved_us"] = json!(t.unresolved_us);
+            for (out, trace) in v["traces"].as_array_mut().expect("an array").iter_mut().zip(&self.traces) {
+                out["unresolved_kernels"] = json!(trace.unresolved);
+                out["unresolved_us"] = json!(us_i(trace.unresolved_ns));
+            }
         }
         if self.steps {
             let (busy, span) = self.replay_spread();

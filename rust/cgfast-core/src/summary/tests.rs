@@ -262,3 +262,23 @@ fn the_icicle_is_as_wide_as_the_busy_time() {
     let both = icicle::with_bars(&s, &s.rows(3), &chart::svg(&s, &s.rows(3)));
     assert!(both.contains(&format!("<svg y=\"{height}\" xmlns")));
 }
+
+#[test]
+fn graph_launched_work_without_a_node_id_is_counted_as_unresolved() {
+    // replay 5 (a cudaGraphLaunch) left without ids; correlation 9 launched eagerly
+    let text = r#"{"traceEvents": [
+      {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 5, "tid": 5, "ts": 0, "dur": 1, "args": {"correlation": 5}},
+      {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 5, "tid": 5, "ts": 0, "dur": 1, "args": {"correlation": 9}},
+      {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 2, "args": {"correlation": 5}},
+      {"ph": "X", "cat": "gpu_memcpy", "name": "c", "pid": 0, "tid": 7, "ts": 13, "dur": 3, "args": {"correlation": 5}},
+      {"ph": "X", "cat": "kernel", "name": "e", "pid": 0, "tid": 7, "ts": 20, "dur": 4, "args": {"correlation": 9}},
+      {"ph": "X", "cat": "kernel", "name": "g", "pid": 0, "tid": 7, "ts": 30, "dur": 4, "args": {"correlation": 6, "graph node id": 3}}
+    ]}"#;
+    let s = summary_of(text, "name", false);
+    let t = s.totals();
+    assert_eq!((t.ungraphed_kernels, t.unresolved_kernels, t.unresolved_us), (3, 2, 5.0));
+    let v = s.to_json(3);
+    assert_eq!((v["totals"]["unresolved_kernels"].as_u64(), v["traces"][0]["unresolved_kernels"].as_u64()), (Some(2), Some(2)));
+    // none: the report reads as before
+    assert!(summary_of(TRACE, "name", false).to_json(3)["totals"].get("unresolved_kernels").is_none());
+}
