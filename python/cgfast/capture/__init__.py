@@ -29,6 +29,7 @@ import os
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
 
 from cgfast.capture._graphs import graph, install, recording, remap_to_exec_graph, uninstall
+from cgfast.capture._modules import ModuleAnnotations, annotate_modules
 from cgfast.capture._scopes import (
     annotations_enabled,
     disable_annotations,
@@ -40,6 +41,8 @@ from cgfast.capture._scopes import (
 from cgfast.capture._state import state as _process_state
 
 __all__ = [
+    "ModuleAnnotations",
+    "annotate_modules",
     "annotations_enabled",
     "backend",
     "clear_kernel_annotations",

@@ -112,11 +112,19 @@ def _finish_capture(backend: Backend, keys: GraphKeys) -> None:
     keys.capture_graph = None
     recorder = state.recorder
     recorder.capture_ended(graph)
-    recorder.resolve()
     try:
+        # Also tells which local ids are kernels, memcpys and memsets: what spans need.
         recorder.record_topology(backend, graph, keys.capture_id)
     except Exception:
         recorder.report_failure("recording the topology of a captured graph")
+        recorder.forget_annotatable_nodes(keys.capture_id)
+        try:
+            recorder.note_annotatable_nodes(backend, graph, keys.capture_id)
+        except Exception:
+            recorder.report_failure("reading the nodes of a captured graph")
+            recorder.set_annotatable(keys.capture_id, [], 0)  # its spans resolve to nothing
+    recorder.resolve()
+    recorder.forget_annotatable_nodes(keys.capture_id)
 
 
 def _remap(backend: Backend, cuda_graph: Any, keys: GraphKeys) -> None:

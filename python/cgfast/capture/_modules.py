@@ -1,0 +1,302 @@
+"""``annotate_modules``: every graph node a module's forward (and, through autograd, its
+backward) creates during capture is annotated with the module's name.
+
+Two global module hooks serve every handle; a module that belongs to no active handle
+costs a dict lookup during a capture and a flag check outside one. Module scopes are
+*spans*: the capture graph's node count at forward entry and exit (local ids count a
+graph's nodes in creation order), resolved against the graph's kernel, memcpy and memset
+nodes once, at capture end, instead of walking the graph at every exit.
+
+Backward: in a module's forward hook, the autograd nodes its forward created (reachable
+from its outputs, with sequence numbers from its entry on, not claimed by an inner
+module) get a prehook that makes the module's name, with ``"autograd_phase":
+"backward"``, the owner of the nodes captured from then on (see ``_BackwardOwner``).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Dict, List, Optional, Tuple
+
+from cgfast.capture._state import state
+
+_CLAIMED = "_cgfast_module_backward"
+BACKWARD_PHASE = {"autograd_phase": "backward"}
+
+# module -> (its handle, forward annotation, backward annotation or None)
+_registry: Dict[Any, Tuple["ModuleAnnotations", Dict[str, Any], Optional[Dict[str, Any]]]] = {}
+_registry_lock = threading.Lock()
+_hooks: List[Any] = []
+_enabled_before = [False]  # whether annotations were on when the first active handle came
+_frames = threading.local()  # .open: [(module, SpanStart, sequence number or None)]
+
+
+def _open_frames() -> list:
+    frames = getattr(_frames, "open", None)
+    if frames is None:
+        frames = _frames.open = []
+    return frames
+
+
+def _forward_pre_hook(module, args):
+    if state.no_capture_in_progress():
+        return None
+    entry = _registry.get(module)
+    if entry is None or not state.enabled:
+        return None
+    backend = state.backend()
+    if backend is None:
+        return None
+    try:
+        stream = backend.streams.capturing_stream()
+        start = state.recorder.begin_span(backend, stream) if stream is not None else None
+    except Exception:
+        state.recorder.report_failure("reading the capture graph at a module's forward")
+        return None
+    if start is None:
+        return None
+    sequence = _next_sequence_nr() if entry[2] is not None and _grad_enabled() else None
+    _open_frames().append((module, start, sequence))
+    return None
+
+
+def _forward_hook(module, args, output):
+    frames = getattr(_frames, "open", None)
+    if not frames:
+        return None
+    for depth in range(len(frames) - 1, -1, -1):
+        if frames[depth][0] is module:
+            break
+    else:
+        return None
+    _, start, sequence = frames[depth]
+    del frames[depth:]  # and any frame whose forward raised without its hook
+    entry = _registry.get(module)
+    backend = state.backend()
+    if entry is None or backend is None:
+        return None
+    try:
+        state.recorder.end_span(backend, start, entry[1])
+    except Exception:
+        state.recorder.report_failure("reading the capture graph at a module's forward end")
+    if sequence is not None:
+        _claim_backward(output, sequence, entry[2])
+    return None
+
+
+# -- backward ---------------------------------------------------------------------------
+
+
+def _next_sequence_nr() -> int:
+    import torch
+
+    return torch._C._autograd._get_sequence_nr()
+
+
+def _grad_enabled() -> bool:
+    import torch
+
+    return torch.is_grad_enabled()
+
+
+def _grad_fns(output: Any) -> list:
+    found = []
+    stack = [output]
+    while stack:
+        item = stack.pop()
+        grad_fn = getattr(item, "grad_fn", None)
+        if grad_fn is not None:
+            found.append(grad_fn)
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+    return found
+
+
+def _claim_backward(output: Any, first_sequence_nr: int, annotation: Dict[str, Any]) -> None:
+    """Hook the autograd nodes created since ``first_sequence_nr`` that lead to
+    ``output`` and that no inner module claimed. AccumulateGrad nodes (cached per leaf,
+    owned by no forward) are left alone, as torch does."""
+    import torch
+
+    accumulate = torch._C._functions.AccumulateGrad
+    stack = _grad_fns(output)
+    seen = set()
+    while stack:
+        node = stack.pop()
+        if node in seen or isinstance(node, accumulate):
+            continue
+        seen.add(node)
+        if node._sequence_nr() < first_sequence_nr:
+            continue  # made before this module's forward began
+        metadata = node.metadata
+        if _CLAIMED not in metadata:
+            metadata[_CLAIMED] = True
+            _bracket_backward(node, annotation)
+        stack.extend(parent for parent, _ in node.next_functions if parent is not None)
+
+
+class _BackwardOwner:
+    """The annotation the backward nodes being created now belong to: set when a
+    claimed autograd node starts (its prehook), so it also covers the gradient sums the
+    engine adds after the node ran; ended by the next claimed node, an AccumulateGrad
+    node, or the end of the backward pass. Autograd runs a device's nodes one at a time
+    (one thread per device), so one owner serves."""
+
+    def __init__(self) -> None:
+        self.span = None  # (SpanStart, annotation)
+
+    def start(self, annotation: Dict[str, Any]) -> None:
+        first = self.span is None
+        self.end()
+        if state.no_capture_in_progress() or not state.enabled:
+            return
+        backend = state.backend()
+        if backend is None:
+            return
+        try:
+            stream = backend.streams.capturing_stream()
+            start = state.recorder.begin_span(backend, stream) if stream is not None else None
+        except Exception:
+            state.recorder.report_failure("reading the capture graph at a backward node")
+            return
+        if start is None:
+            return
+        self.span = (start, annotation)
+        if first:
+            import torch
+
+            torch.autograd.Variable._execution_engine.queue_callback(self.end)
+
+    def end(self, *_: Any) -> None:
+        span, self.span = self.span, None
+        if span is not None:
+            try:
+                state.recorder.end_span(state.backend(), span[0], span[1])
+            except Exception:
+                state.recorder.report_failure("reading the capture graph after a backward node")
+
+
+_owner = _BackwardOwner()
+
+
+def _bracket_backward(node: Any, annotation: Dict[str, Any]) -> None:
+    def prehook(grad_outputs):
+        _owner.start(annotation)
+        return None
+
+    node.register_prehook(prehook)
+    for parent, _ in node.next_functions:
+        if parent is not None and type(parent).__name__ == "AccumulateGrad" and _CLAIMED not in parent.metadata:
+            parent.metadata[_CLAIMED] = True
+            parent.register_prehook(_owner.end)
+
+
+# -- handles ----------------------------------------------------------------------------
+
+
+def _install_hooks() -> None:
+    if _hooks:
+        return
+    import inspect
+
+    from torch.nn.modules import module as nn_module
+
+    _hooks.append(nn_module.register_module_forward_pre_hook(_forward_pre_hook))
+    extra = {}
+    if "always_call" in inspect.signature(nn_module.register_module_forward_hook).parameters:
+        extra["always_call"] = True  # keeps the open frames balanced when a forward raises
+    _hooks.append(nn_module.register_module_forward_hook(_forward_hook, **extra))
+
+
+def _remove_hooks() -> None:
+    while _hooks:
+        _hooks.pop().remove()
+
+
+class ModuleAnnotations:
+    """What :func:`annotate_modules` returns: ``remove()`` (or leaving its ``with``
+    block) stops annotating; removing twice is harmless."""
+
+    def __init__(self, model: Any, *, prefix: Optional[str], key: str, backward: bool) -> None:
+        try:
+            import torch
+        except ImportError as exc:  # pragma: no cover - torch is what gives modules
+            raise TypeError("annotate_modules needs torch") from exc
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"annotate_modules takes a torch.nn.Module, not {type(model).__name__}")
+        if not isinstance(key, str) or not key:
+            raise TypeError("annotate_modules: key must be a non-empty str")
+        if prefix is not None and not isinstance(prefix, str):
+            raise TypeError(f"annotate_modules: prefix must be a str or None, not {type(prefix).__name__}")
+        self.model = model
+        self.key = key
+        entries = {}
+        for name, module in model.named_modules():
+            if prefix:
+                name = f"{prefix}.{name}" if name else prefix
+            forward = {key: name}
+            entries[module] = (self, forward, {**forward, **BACKWARD_PHASE} if backward else None)
+        with _registry_lock:
+            for module in entries:
+                owner = _registry.get(module)
+                if owner is not None:
+                    name = owner[1][owner[0].key]
+                    raise ValueError(
+                        f"annotate_modules: module {name!r} ({type(module).__name__}) is already "
+                        "annotated by another active handle; remove() that one first"
+                    )
+            if not _registry:
+                _enabled_before[0] = state.enabled
+            _registry.update(entries)
+            self._modules = list(entries)
+            _install_hooks()
+        from cgfast.capture._scopes import enable_annotations
+
+        enable_annotations()
+
+    @property
+    def active(self) -> bool:
+        return bool(self._modules)
+
+    def remove(self) -> None:
+        with _registry_lock:
+            if not self._modules:
+                return
+            for module in self._modules:
+                if _registry.get(module, (None,))[0] is self:
+                    del _registry[module]
+            self._modules = []
+            last = not _registry
+            if last:
+                _remove_hooks()
+        if last and not _enabled_before[0]:
+            state.enabled = False
+
+    def __enter__(self) -> "ModuleAnnotations":
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> bool:
+        self.remove()
+        return False
+
+
+def annotate_modules(
+    model: Any,
+    *,
+    prefix: Optional[str] = None,
+    key: str = "module",
+    backward: bool = True,
+) -> ModuleAnnotations:
+    """Annotate every graph node captured inside a forward of ``model`` or one of its
+    submodules with ``{key: <name>}`` of the innermost one, named as
+    ``model.named_modules()`` names it (``prefix.`` before it; the root is ``prefix``
+    or ``""``). With ``backward``, nodes its backward creates during a captured
+    backward get that annotation plus ``"autograd_phase": "backward"``.
+
+    Uses global module hooks, so ``torch.cuda.make_graphed_callables`` accepts the
+    model. Enables annotations (like :func:`enable_annotations`) while active; the
+    handle's ``remove()`` turns them off again if they were off before. Composes with
+    ``mark_kernels`` scopes: the innermost scope wins on common keys."""
+    return ModuleAnnotations(model, prefix=prefix, key=key, backward=backward)

@@ -1,0 +1,231 @@
+"""annotate_modules on the fake driver, with real timm models running on the CPU: every
+aten op the model runs adds a kernel node to the fake capture (a dispatch mode), and
+the expected module of each node comes from an independent reading: the innermost
+``forward`` frame of a module on the Python stack when the op ran (and, for backward
+ops, the module whose forward created the autograd node that runs them, read by a
+node-creation hook the same way)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+timm = pytest.importorskip("timm")
+
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+from cgfast import capture  # noqa: E402
+from cgfast.capture._state import state  # noqa: E402
+from fake_graph_driver import FakeCUDAGraph, capturing, fake  # noqa: E402,F401  (fixture)
+
+
+def innermost_module(names):
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "forward":
+            name = names.get(id(frame.f_locals.get("self")))
+            if name is not None:
+                return name
+        frame = frame.f_back
+    return None
+
+
+class LaunchEachOp(TorchDispatchMode):
+    """Every aten op launches a fake kernel named after it; remembers what each node's
+    annotation must be."""
+
+    def __init__(self, driver, model, prefix=None):
+        super().__init__()
+        self.driver = driver
+        self.names = {}
+        for name, module in model.named_modules():
+            self.names[id(module)] = f"{prefix}.{name}" if prefix and name else (prefix or name)
+        self.expected = {}  # fake node -> expected annotation (None: none)
+        self.created_in = {}  # autograd node -> module whose forward created it
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        node = self.driver.launch(str(func))
+        if node is not None:
+            running = torch._C._current_autograd_node()
+            if running is None:
+                module = innermost_module(self.names)
+                self.expected[node] = {"module": module} if module is not None else None
+            else:
+                module = self.created_in.get(running)
+                self.expected[node] = {"module": module, "autograd_phase": "backward"} if module is not None else None
+        return out
+
+    def note_creation(self, autograd_node):
+        if isinstance(autograd_node, torch._C._functions.AccumulateGrad):
+            return
+        module = innermost_module(self.names)
+        if module is not None:
+            self.created_in[autograd_node] = module
+
+
+def recorded(g, nodes):
+    registry = capture.get_kernel_annotations()
+    result = {}
+    for node in nodes:
+        annotations = registry.get(g.graph_exec.id << 32 | node.local_id)
+        result[node] = annotations[0] if annotations else None
+    return result
+
+
+def capture_model(fake, model, inputs, *, backward=False, prefix=None, annotate=True):
+    launcher = LaunchEachOp(fake, model, prefix)
+    g = FakeCUDAGraph(fake)
+    handle = capture.annotate_modules(model, prefix=prefix) if annotate else None
+    torch._C._autograd._push_node_creation_hook(launcher.note_creation)
+    try:
+        with capturing(g):
+            with launcher:
+                out = model(inputs)
+                if backward:
+                    out.float().sum().backward()
+    finally:
+        torch._C._autograd._pop_node_creation_hook()
+        if handle is not None:
+            handle.remove()
+    return g, launcher
+
+
+@pytest.mark.parametrize(
+    "name,shape",
+    [("resnet50", (1, 3, 32, 32)), ("vit_small_patch16_224", (1, 3, 32, 32))],
+)
+def test_every_forward_node_gets_its_innermost_module(fake, name, shape):
+    kwargs = {"img_size": 32} if name.startswith("vit") else {}
+    model = timm.create_model(name, pretrained=False, **kwargs).eval()
+    with torch.no_grad():
+        g, launcher = capture_model(fake, model, torch.randn(shape))
+    assert len(launcher.expected) > 100
+    assert recorded(g, launcher.expected) == launcher.expected
+    modules = {a["module"] for a in launcher.expected.values() if a}
+    assert len(modules) > 50  # many distinct innermost modules, not one big scope
+
+
+def test_backward_nodes_get_the_module_and_the_phase(fake):
+    model = timm.create_model("resnet18", pretrained=False).train()
+    g, launcher = capture_model(fake, model, torch.randn(2, 3, 32, 32), backward=True)
+    got = recorded(g, launcher.expected)
+    backward = {node: a for node, a in launcher.expected.items() if a and "autograd_phase" in a}
+    assert len(backward) > 50
+    assert {node: got[node] for node in backward} == backward
+    assert got == launcher.expected
+
+
+def test_prefix_names_the_root_and_prepends_to_every_name(fake):
+    model = timm.create_model("resnet18", pretrained=False).eval()
+    with torch.no_grad():
+        g, launcher = capture_model(fake, model, torch.randn(1, 3, 32, 32), prefix="encoder")
+    got = recorded(g, launcher.expected)
+    assert got == launcher.expected
+    names = {a["module"] for a in got.values() if a}
+    assert "encoder.conv1" in names and "encoder.layer1.0.conv1" in names
+    assert all(n == "encoder" or n.startswith("encoder.") for n in names)
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = torch.nn.Linear(4, 4)
+
+    def forward(self, x, driver):
+        driver.launch("block_head")
+        with capture.mark_kernels({"name": "user", "module": "user-scope"}):
+            y = self.inner(x)
+            driver.launch("in_user_scope")
+        return y
+
+
+class Root(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = Block()
+
+    def forward(self, x, driver):
+        driver.launch("root_head")
+        return self.block(x, driver)
+
+
+def test_mark_kernels_composes_with_module_scopes_innermost_winning(fake):
+    model = Root()
+    g = FakeCUDAGraph(fake)
+    with capture.annotate_modules(model), torch.no_grad():
+        with capturing(g):
+            with capture.mark_kernels({"name": "outer", "step": 1}):
+                model(torch.randn(2, 4), fake)
+            nodes = {node.launch.name: node for node in g.template.nodes if node.launch}
+    registry = capture.get_kernel_annotations()
+    got = {name: registry[g.graph_exec.id << 32 | node.local_id][0] for name, node in nodes.items()}
+    assert got["root_head"] == {"module": "", "name": "outer", "step": 1}
+    assert got["block_head"] == {"module": "block", "name": "outer", "step": 1}
+    assert got["in_user_scope"] == {"module": "user-scope", "name": "user", "step": 1}
+
+
+def test_outside_a_capture_hooks_ask_no_driver(fake):
+    model = timm.create_model("resnet18", pretrained=False).eval()
+    with capture.annotate_modules(model), torch.no_grad():
+        fake.calls.clear()  # (making the handle checks once for a capture under way)
+        model(torch.randn(1, 3, 32, 32))
+        model(torch.randn(1, 3, 32, 32))
+    assert fake.calls == {}
+    assert len(capture.get_kernel_annotations()) == 0
+
+
+def test_make_graphed_callables_accepts_an_annotated_model(fake):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    with capture.annotate_modules(model):
+        hooked = [m for m in model.modules() if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks]
+        assert hooked == []
+
+
+def test_bad_input(fake):
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        capture.annotate_modules(lambda x: x)
+    model = Root()
+    handle = capture.annotate_modules(model)
+    with pytest.raises(ValueError, match="'block'.*already annotated"):
+        capture.annotate_modules(model.block)
+    with pytest.raises(ValueError, match="already annotated"):
+        capture.annotate_modules(model)
+    handle.remove()
+    handle.remove()  # harmless
+    with capture.annotate_modules(model.block):  # free again
+        pass
+
+
+def test_handles_restore_the_annotation_switch(fake):
+    assert not capture.annotations_enabled()
+    first = capture.annotate_modules(torch.nn.Linear(2, 2))
+    second = capture.annotate_modules(torch.nn.Linear(2, 2))
+    assert capture.annotations_enabled()
+    first.remove()
+    assert capture.annotations_enabled()
+    second.remove()
+    assert not capture.annotations_enabled()
+    capture.enable_annotations()
+    capture.annotate_modules(torch.nn.Linear(2, 2)).remove()
+    assert capture.annotations_enabled()
+
+
+def test_a_forward_that_raises_leaves_no_open_scope(fake):
+    class Failing(torch.nn.Module):
+        def forward(self, x):
+            fake.launch("before_failure")
+            raise ValueError("boom")
+
+    model = torch.nn.Sequential(torch.nn.Identity(), Failing())
+    g = FakeCUDAGraph(fake)
+    with capture.annotate_modules(model):
+        with pytest.raises(ValueError):
+            with capturing(g):
+                model(torch.zeros(1))
+        from cgfast.capture import _modules
+
+        assert _modules._open_frames() == []
+    assert state.recorder.has_pending() is False
