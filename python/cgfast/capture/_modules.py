@@ -1,8 +1,10 @@
 """``annotate_modules``: every graph node a module's forward (and, through autograd, its
 backward) creates during capture is annotated with the module's name.
 
-Two global module hooks serve every handle; a module that belongs to no active handle
-costs a dict lookup during a capture and a flag check outside one. Module scopes are
+Two global module hooks serve every handle. They are registered only while a capture
+through ``torch.cuda.CUDAGraph`` is under way (any global module hook sends every module
+call in the process down torch's slower path), and a module of no active handle costs
+a dict lookup there. Module scopes are
 *spans*: the capture graph's node count at forward entry and exit (local ids count a
 graph's nodes in creation order), resolved against the graph's kernel, memcpy and memset
 nodes once, at capture end, instead of walking the graph at every exit.
@@ -25,7 +27,7 @@ BACKWARD_PHASE = {"autograd_phase": "backward"}
 
 # module -> (its handle, forward annotation, backward annotation or None)
 _registry: Dict[Any, Tuple["ModuleAnnotations", Dict[str, Any], Optional[Dict[str, Any]]]] = {}
-_registry_lock = threading.Lock()
+_registry_lock = threading.RLock()
 _hooks: List[Any] = []
 _enabled_before = [False]  # whether annotations were on when the first active handle came
 _frames = threading.local()  # .open: [(module, SpanStart, sequence number or None)]
@@ -196,9 +198,21 @@ def _bracket_backward(node: Any, annotation: Dict[str, Any]) -> None:
 # -- handles ----------------------------------------------------------------------------
 
 
+def _sync_hooks() -> None:
+    """Hook modules only while a capture may be under way: with any global module hook,
+    every module call in the process takes torch's slow path (about 3 us more)."""
+    with _registry_lock:
+        wanted = bool(_registry) and (
+            state.captures_in_progress > 0 or state.uncounted_capture or state.patched_classes == 0
+        )
+        if wanted and not _hooks:
+            _install_hooks()
+        elif _hooks and not wanted:
+            while _hooks:
+                _hooks.pop().remove()
+
+
 def _install_hooks() -> None:
-    if _hooks:
-        return
     import inspect
 
     from torch.nn.modules import module as nn_module
@@ -208,11 +222,6 @@ def _install_hooks() -> None:
     if "always_call" in inspect.signature(nn_module.register_module_forward_hook).parameters:
         extra["always_call"] = True  # keeps the open frames balanced when a forward raises
     _hooks.append(nn_module.register_module_forward_hook(_forward_hook, **extra))
-
-
-def _remove_hooks() -> None:
-    while _hooks:
-        _hooks.pop().remove()
 
 
 class ModuleAnnotations:
@@ -251,10 +260,12 @@ class ModuleAnnotations:
                 _enabled_before[0] = state.enabled
             _registry.update(entries)
             self._modules = list(entries)
-            _install_hooks()
         from cgfast.capture._scopes import enable_annotations
 
         enable_annotations()
+        if _sync_hooks not in state.capture_listeners:
+            state.capture_listeners.append(_sync_hooks)
+        _sync_hooks()
 
     @property
     def active(self) -> bool:
@@ -269,8 +280,7 @@ class ModuleAnnotations:
                     del _registry[module]
             self._modules = []
             last = not _registry
-            if last:
-                _remove_hooks()
+        _sync_hooks()
         if last and not _enabled_before[0]:
             state.enabled = False
 
