@@ -177,6 +177,32 @@ def test_outside_a_capture_hooks_ask_no_driver(fake):
     assert len(capture.get_kernel_annotations()) == 0
 
 
+def test_module_hooks_exist_only_during_a_capture(fake):
+    from torch.nn.modules import module as nn_module
+
+    def global_hooks():
+        return len(nn_module._global_forward_pre_hooks) + len(nn_module._global_forward_hooks)
+
+    before = global_hooks()
+    model = torch.nn.Linear(2, 2)
+    seen = []
+
+    class Probe(torch.nn.Module):
+        def forward(self, x):
+            seen.append(global_hooks())
+            return model(x)
+
+    probe = Probe()
+    with capture.annotate_modules(probe):
+        assert global_hooks() == before  # no slower module calls outside captures
+        with torch.no_grad():
+            probe(torch.zeros(2))
+            with capturing(FakeCUDAGraph(fake)):
+                probe(torch.zeros(2))
+        assert global_hooks() == before
+    assert seen == [before, before + 2]
+
+
 def test_make_graphed_callables_accepts_an_annotated_model(fake):
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
     with capture.annotate_modules(model):
