@@ -160,6 +160,10 @@ class Recorder:
             graph_id = self._graph_ids[graph] = backend.ids.graph_id(graph)
         return SpanStart(graph, graph_id, graphs.node_count(graph))
 
+    def is_capture_graph(self, graph: int) -> bool:
+        """Whether ``graph`` is the top-level graph of a capture being recorded."""
+        return graph in self._capture_graphs
+
     def end_span(self, backend: Backend, start: SpanStart, annotation: Annotation) -> None:
         end = backend.graphs.node_count(start.graph)
         if end > start.first:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Dict, List, Optional, Tuple
 
+from cgfast.capture._core import SpanStart
 from cgfast.capture._state import state
 
 _CLAIMED = "_cgfast_module_backward"
@@ -40,6 +41,31 @@ def _open_frames() -> list:
     return frames
 
 
+# stream -> (graph, graph id) of streams seen capturing into a recorded top-level graph
+# since the last capture began or ended: later spans on them ask the driver only for
+# the node count. Used only while every capture is counted (see _begin_span).
+_stream_graphs: Dict[int, Tuple[int, int]] = {}
+
+
+def _begin_span(backend) -> Optional[SpanStart]:
+    """A span on the current stream's capture, or ``None`` when it does not capture."""
+    streams = backend.streams
+    recorder = state.recorder
+    if state.uncounted_capture or not state.patched_classes:
+        stream = streams.capturing_stream()
+        return recorder.begin_span(backend, stream) if stream is not None else None
+    stream = streams.current_stream()
+    known = _stream_graphs.get(stream)
+    if known is not None:
+        return SpanStart(known[0], known[1], backend.graphs.node_count(known[0]))
+    if streams.capturing_stream() is None:
+        return None
+    start = recorder.begin_span(backend, stream)
+    if start is not None and recorder.is_capture_graph(start.graph):
+        _stream_graphs[stream] = (start.graph, start.graph_id)
+    return start
+
+
 def _forward_pre_hook(module, args):
     if state.no_capture_in_progress():
         return None
@@ -50,14 +76,13 @@ def _forward_pre_hook(module, args):
     if backend is None:
         return None
     try:
-        stream = backend.streams.capturing_stream()
-        start = state.recorder.begin_span(backend, stream) if stream is not None else None
+        start = _begin_span(backend)
     except Exception:
         state.recorder.report_failure("reading the capture graph at a module's forward")
         return None
     if start is None:
         return None
-    sequence = _next_sequence_nr() if entry[2] is not None and _grad_enabled() else None
+    sequence = _torch_calls[1]() if entry[2] is not None and _torch_calls[0]() else None
     _open_frames().append((module, start, sequence))
     return None
 
@@ -89,16 +114,8 @@ def _forward_hook(module, args, output):
 # -- backward ---------------------------------------------------------------------------
 
 
-def _next_sequence_nr() -> int:
-    import torch
-
-    return torch._C._autograd._get_sequence_nr()
-
-
-def _grad_enabled() -> bool:
-    import torch
-
-    return torch.is_grad_enabled()
+# torch.is_grad_enabled and the next autograd sequence number, bound when hooks go in
+_torch_calls: list = []
 
 
 def _grad_fns(output: Any) -> list:
@@ -158,8 +175,7 @@ class _BackwardOwner:
         if backend is None:
             return
         try:
-            stream = backend.streams.capturing_stream()
-            start = state.recorder.begin_span(backend, stream) if stream is not None else None
+            start = _begin_span(backend)
         except Exception:
             state.recorder.report_failure("reading the capture graph at a backward node")
             return
@@ -201,6 +217,7 @@ def _bracket_backward(node: Any, annotation: Dict[str, Any]) -> None:
 def _sync_hooks() -> None:
     """Hook modules only while a capture may be under way: with any global module hook,
     every module call in the process takes torch's slow path (about 3 us more)."""
+    _stream_graphs.clear()  # a capture began or ended
     with _registry_lock:
         wanted = bool(_registry) and (
             state.captures_in_progress > 0 or state.uncounted_capture or state.patched_classes == 0
@@ -215,7 +232,10 @@ def _sync_hooks() -> None:
 def _install_hooks() -> None:
     import inspect
 
+    import torch
     from torch.nn.modules import module as nn_module
+
+    _torch_calls[:] = [torch.is_grad_enabled, torch._C._autograd._get_sequence_nr]
 
     _hooks.append(nn_module.register_module_forward_pre_hook(_forward_pre_hook))
     extra = {}
