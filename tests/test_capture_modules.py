@@ -255,3 +255,79 @@ def test_a_forward_that_raises_leaves_no_open_scope(fake):
 
         assert _modules._open_frames() == []
     assert state.recorder.has_pending() is False
+
+
+class ScopedBlock(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        with capture.mark_kernels({"name": "user", "layer": 1}, backward=True):
+            return torch.relu(self.inner(x))
+
+
+def backward_ops(fake, g, launcher):
+    """Recorded annotations of the nodes backward ops added, by the autograd node that ran them."""
+    got = recorded(g, launcher.expected)
+    return [(node.launch.name, got[node]) for node in g.template.nodes if node.launch and node in launcher.backward]
+
+
+class Launcher(LaunchEachOp):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.backward = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        before = len(self.driver.current().capture.nodes)
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        running = torch._C._current_autograd_node()
+        if running is not None and len(self.driver.current().capture.nodes) > before:
+            self.backward[self.driver.current().capture.nodes[-1]] = type(running).__name__
+        return out
+
+
+def capture_step(fake, model, x, annotate):
+    launcher = Launcher(fake, model)
+    g = FakeCUDAGraph(fake, keep_graph=True)
+    handle = capture.annotate_modules(model) if annotate else None
+    capture.enable_annotations()
+    try:
+        with capturing(g):
+            with launcher:
+                model(x).sum().backward()
+    finally:
+        if handle is not None:
+            handle.remove()
+    g.instantiate()
+    return g, launcher
+
+
+def test_mark_kernels_backward_annotates_the_backward_of_its_ops(fake):
+    model = torch.nn.Sequential(ScopedBlock())
+    g, launcher = capture_step(fake, model, torch.randn(2, 4), annotate=False)
+    by_node = {}
+    got = recorded(g, launcher.backward)
+    for node, autograd_node in launcher.backward.items():
+        by_node.setdefault(autograd_node, set()).add(repr(got[node]))
+    user = repr({"name": "user", "layer": 1, "autograd_phase": "backward"})
+    assert by_node["ReluBackward0"] == {user}
+    assert by_node["AddmmBackward0"] == {user}
+    assert by_node["SumBackward0"] == {"None"}  # made outside the scope
+    forward = [a for node, a in recorded(g, launcher.expected).items() if node not in launcher.backward]
+    assert {"name": "user", "layer": 1} in forward
+
+
+def test_backward_of_a_user_scope_inside_a_module_carries_both(fake):
+    model = torch.nn.Sequential(ScopedBlock())
+    g, launcher = capture_step(fake, model, torch.randn(2, 4), annotate=True)
+    got = recorded(g, launcher.backward)
+    by_node = {}
+    for node, autograd_node in launcher.backward.items():
+        by_node.setdefault(autograd_node, set()).add(repr(got[node]))
+    assert by_node["ReluBackward0"] == {
+        repr({"name": "user", "layer": 1, "autograd_phase": "backward", "module": "0"})
+    }
+    assert by_node["AddmmBackward0"] == {
+        repr({"name": "user", "layer": 1, "autograd_phase": "backward", "module": "0.inner"})
+    }

@@ -23,7 +23,12 @@ from typing import Any, Dict, List, Optional, Tuple
 from cgfast.capture._core import SpanStart
 from cgfast.capture._state import state
 
-_CLAIMED = "_cgfast_module_backward"
+# node.metadata keys: the backward annotation of the module / the user scopes that made
+# the node, both merged (module keys winning), and whether its prehook is in place
+_MODULE_KEY = "_cgfast_module_backward"
+_SCOPE_KEY = "_cgfast_scope_backward"
+_MERGED_KEY = "_cgfast_backward"
+_BRACKETED = "_cgfast_bracketed"
 BACKWARD_PHASE = {"autograd_phase": "backward"}
 
 # module -> (its handle, forward annotation, backward annotation or None)
@@ -134,9 +139,10 @@ def _grad_fns(output: Any) -> list:
 
 
 def _claim_backward(output: Any, first_sequence_nr: int, annotation: Dict[str, Any]) -> None:
-    """Hook the autograd nodes created since ``first_sequence_nr`` that lead to
-    ``output`` and that no inner module claimed. AccumulateGrad nodes (cached per leaf,
-    owned by no forward) are left alone, as torch does."""
+    """Give the autograd nodes created since ``first_sequence_nr`` that lead to
+    ``output`` and that no inner module claimed this module's backward annotation.
+    AccumulateGrad nodes (cached per leaf, owned by no forward) are left alone, as
+    torch does."""
     import torch
 
     accumulate = torch._C._functions.AccumulateGrad
@@ -150,10 +156,57 @@ def _claim_backward(output: Any, first_sequence_nr: int, annotation: Dict[str, A
         if node._sequence_nr() < first_sequence_nr:
             continue  # made before this module's forward began
         metadata = node.metadata
-        if _CLAIMED not in metadata:
-            metadata[_CLAIMED] = True
-            _bracket_backward(node, annotation)
+        if _MODULE_KEY not in metadata:
+            metadata[_MODULE_KEY] = annotation
+            _bracket_backward(node, metadata)
         stack.extend(parent for parent, _ in node.next_functions if parent is not None)
+
+
+# -- mark_kernels(..., backward=True) ---------------------------------------------------
+
+_scopes = threading.local()  # .open: merged backward annotations of open user scopes
+
+
+def enter_backward_scope(annotation: Dict[str, Any]) -> bool:
+    """While the scope is open, autograd nodes created on this thread get ``annotation``
+    (merged over enclosing such scopes) for their backward. ``False`` where torch cannot
+    report node creation (before 2.14): the scope then annotates forward work only."""
+    import torch
+
+    push = getattr(torch._C._autograd, "_push_node_creation_hook", None)
+    if push is None:
+        state.recorder.warn_once(
+            "backward scopes",
+            f"mark_kernels(..., backward=True) needs torch >= 2.14 (node creation hooks); "
+            f"torch {torch.__version__} annotates the scope's forward work only",
+        )
+        return False
+    open_scopes = getattr(_scopes, "open", None)
+    if open_scopes is None:
+        open_scopes = _scopes.open = []
+    enclosing = open_scopes[-1] if open_scopes else {}
+    open_scopes.append({**enclosing, **annotation, **BACKWARD_PHASE})
+    if len(open_scopes) == 1:
+        push(_on_node_created)
+    return True
+
+
+def exit_backward_scope() -> None:
+    import torch
+
+    open_scopes = _scopes.open
+    open_scopes.pop()
+    if not open_scopes:
+        torch._C._autograd._pop_node_creation_hook()
+
+
+def _on_node_created(node: Any) -> None:
+    open_scopes = getattr(_scopes, "open", None)
+    if not open_scopes or type(node).__name__ == "AccumulateGrad":
+        return
+    metadata = node.metadata
+    metadata[_SCOPE_KEY] = open_scopes[-1]
+    _bracket_backward(node, metadata)
 
 
 class _BackwardOwner:
@@ -199,15 +252,25 @@ class _BackwardOwner:
 _owner = _BackwardOwner()
 
 
-def _bracket_backward(node: Any, annotation: Dict[str, Any]) -> None:
+def _bracket_backward(node: Any, metadata: Dict[Any, Any]) -> None:
+    """Once per node: a prehook that makes its backward annotation (its module's, over
+    the user scopes' it was created in) the owner of what is captured next."""
+    if _BRACKETED in metadata:
+        return
+    metadata[_BRACKETED] = True
+
     def prehook(grad_outputs):
+        annotation = metadata.get(_MERGED_KEY)
+        if annotation is None:
+            scope, module = metadata.get(_SCOPE_KEY), metadata.get(_MODULE_KEY)
+            annotation = metadata[_MERGED_KEY] = {**scope, **module} if scope and module else scope or module
         _owner.start(annotation)
         return None
 
     node.register_prehook(prehook)
     for parent, _ in node.next_functions:
-        if parent is not None and type(parent).__name__ == "AccumulateGrad" and _CLAIMED not in parent.metadata:
-            parent.metadata[_CLAIMED] = True
+        if parent is not None and type(parent).__name__ == "AccumulateGrad" and _BRACKETED not in parent.metadata:
+            parent.metadata[_BRACKETED] = True
             parent.register_prehook(_owner.end)
 
 
