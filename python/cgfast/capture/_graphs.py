@@ -300,7 +300,12 @@ def install() -> bool:
     over), not in captures begun outside it (a raw ``cudaStreamBeginCapture``): for
     those, :func:`uninstall` and remap with :func:`remap_to_exec_graph`."""
     cls = _torch_graph_class()
-    return cls is not None and patch_class(cls)
+    if cls is None or not patch_class(cls):
+        return False
+    from cgfast.capture import _torch_api
+
+    _torch_api.install()  # torch's own mark_kernels, recorded where torch cannot
+    return True
 
 
 def uninstall() -> None:
@@ -308,6 +313,9 @@ def uninstall() -> None:
     cls = _torch_graph_class()
     if cls is not None:
         unpatch_class(cls)
+    from cgfast.capture import _torch_api
+
+    _torch_api.uninstall()
 
 
 class recording:
