@@ -331,3 +331,24 @@ def test_backward_of_a_user_scope_inside_a_module_carries_both(fake):
     assert by_node["AddmmBackward0"] == {
         repr({"name": "user", "layer": 1, "autograd_phase": "backward", "module": "0.inner"})
     }
+
+
+def test_a_capture_that_ends_inside_a_forward_leaves_nothing_open(fake):
+    g = FakeCUDAGraph(fake)
+    stream = fake.new_stream()
+
+    class EndsTheCapture(torch.nn.Module):
+        def forward(self, x):
+            fake.launch("last")
+            g.capture_end()
+            return x
+
+    model = torch.nn.Sequential(EndsTheCapture())
+    with capture.annotate_modules(model), fake.use(stream):
+        g.capture_begin()
+        fake.launch("first")
+        model(torch.zeros(1))  # its span began in the capture; its end must not read the graph
+    from cgfast.capture import _modules
+
+    assert _modules._open_frames() == [] and not state.recorder.has_pending()
+    assert fake.calls.get("node_count", 0) == 2  # one per span start, none after the end

@@ -280,7 +280,11 @@ def _bracket_backward(node: Any, metadata: Dict[Any, Any]) -> None:
 def _sync_hooks() -> None:
     """Hook modules only while a capture may be under way: with any global module hook,
     every module call in the process takes torch's slow path (about 3 us more)."""
-    _stream_graphs.clear()  # a capture began or ended
+    # A capture began or ended: forget what belonged to the previous one (its graph may
+    # be gone), on this thread and in the backward owner.
+    _stream_graphs.clear()
+    _open_frames().clear()
+    _owner.span = None
     with _registry_lock:
         wanted = bool(_registry) and (
             state.captures_in_progress > 0 or state.uncounted_capture or state.patched_classes == 0
