@@ -435,7 +435,7 @@ mod tests {
 
     fn recovered(graphs: Vec<(u32, Vec<GraphNode>)>, replays: &[(i64, &[(&str, u32, u32)])]) -> (Vec<Option<i64>>, Recovery) {
         let mut index = trace_of(replays);
-        let annotations = Annotations { nodes: Default::default(), graphs: graphs.into_iter().collect() };
+        let annotations = Annotations { nodes: Default::default(), graphs: graphs.into_iter().collect(), ..Default::default() };
         let report = recover(&mut index, &annotations, Recover::Auto);
         let ids = index
             .events

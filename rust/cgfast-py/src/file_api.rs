@@ -87,7 +87,7 @@ pub fn annotate_file<'py>(
 
 /// `(annotations, graphs)` of an annotation file.
 #[pyfunction]
-pub fn read_annotations<'py>(py: Python<'py>, path: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
+pub fn read_annotations<'py>(py: Python<'py>, path: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>, Bound<'py, PyDict>)> {
     let path = path_of(path)?.ok_or_else(|| PyValueError::new_err("path must not be None"))?;
     let loaded = py.detach(|| annotation_file::read(&path)).map_err(TraceError::new_err)?;
     let nodes = PyDict::new(py);
@@ -97,14 +97,25 @@ pub fn read_annotations<'py>(py: Python<'py>, path: &Bound<'py, PyAny>) -> PyRes
         let items: Vec<Bound<'py, PyAny>> = loaded.nodes[id].iter().map(|item| value_to_py(py, &item.to_value())).collect::<PyResult<_>>()?;
         nodes.set_item(*id, items)?;
     }
-    Ok((nodes, graphs_to_py(py, &loaded.graphs)?))
+    let stacks = PyDict::new(py);
+    for (id, frames) in &loaded.stacks {
+        stacks.set_item(*id, frames)?;
+    }
+    Ok((nodes, graphs_to_py(py, &loaded.graphs)?, stacks))
 }
 
 #[pyfunction]
-#[pyo3(signature = (path, annotations, graphs = None))]
-pub fn write_annotations(py: Python<'_>, path: &Bound<'_, PyAny>, annotations: &Bound<'_, PyAny>, graphs: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+#[pyo3(signature = (path, annotations, graphs = None, stacks = None))]
+pub fn write_annotations(
+    py: Python<'_>,
+    path: &Bound<'_, PyAny>,
+    annotations: &Bound<'_, PyAny>,
+    graphs: Option<&Bound<'_, PyAny>>,
+    stacks: Option<std::collections::HashMap<cgfast_core::trace::NodeId, Vec<String>>>,
+) -> PyResult<()> {
     let path = path_of(path)?.ok_or_else(|| PyValueError::new_err("path must not be None"))?;
-    let annotations = annotations_of(annotations, graphs)?;
+    let mut annotations = annotations_of(annotations, graphs)?;
+    annotations.stacks = stacks.unwrap_or_default().into_iter().collect();
     py.detach(|| annotation_file::write(&path, &annotations)).map_err(TraceError::new_err)
 }
 
