@@ -7,6 +7,7 @@ node-creation hook the same way)."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -352,3 +353,76 @@ def test_a_capture_that_ends_inside_a_forward_leaves_nothing_open(fake):
 
     assert _modules._open_frames() == [] and not state.recorder.has_pending()
     assert fake.calls.get("node_count", 0) == 2  # one per span start, none after the end
+
+
+class TwoLines(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x)  # LINE-A
+        return torch.relu(y)  # LINE-B
+
+
+def line_of(marker):
+    import inspect
+
+    source, first = inspect.getsourcelines(TwoLines.forward)
+    return first + next(i for i, text in enumerate(source) if marker in text)
+
+
+def test_stacks_name_the_line_that_launched_each_node(fake):
+    model = TwoLines()
+    launcher = LaunchEachOp(fake, model)
+    g = FakeCUDAGraph(fake)
+    x = torch.randn(2, 4)
+    with capture.annotate_modules(model, stacks=True), torch.no_grad():
+        with launcher:  # under the stack recorder, which a capture's begin puts on top
+            with capturing(g):
+                model(x)
+                launched_here = sys._getframe().f_lineno - 1
+    stacks = capture.get_kernel_stacks()
+    assert len(stacks) == len(launcher.expected) > 2
+    innermost = {}
+    for node in launcher.expected:
+        frames = stacks[g.graph_exec.id << 32 | node.local_id]
+        innermost.setdefault(frames[0], set()).add(node.launch.name)
+        assert frames[1] == f"{__file__}:{launched_here}:test_stacks_name_the_line_that_launched_each_node"
+        assert not any("/torch/" in f or "/cgfast/" in f for f in frames)
+    a = f"{__file__}:{line_of('LINE-A')}:forward"
+    b = f"{__file__}:{line_of('LINE-B')}:forward"
+    assert set(innermost) == {a, b}
+    assert innermost[b] == {"aten.relu.default"}
+
+
+def test_stacks_are_off_by_default_and_the_filter_is_configurable(fake, tmp_path):
+    model = TwoLines()
+    launcher = LaunchEachOp(fake, model)
+    with launcher, torch.no_grad():
+        with capture.annotate_modules(model), capturing(FakeCUDAGraph(fake)):
+            model(torch.randn(2, 4))
+        assert capture.get_kernel_stacks() == {}
+        here = os.path.dirname(os.path.abspath(__file__))
+        with capture.recording(stacks=True, stack_filter_paths=[here]), capturing(FakeCUDAGraph(fake)):
+            model(torch.randn(2, 4))
+    frames = [f for stack in capture.get_kernel_stacks().values() for f in stack]
+    assert frames and not any(f.startswith(here) for f in frames)
+    assert any("/torch/" in f for f in frames)  # torch's frames are no longer filtered
+    from cgfast.capture import _stacks
+
+    assert _stacks._mode == [] and _stacks._requests == []
+
+
+def test_saved_stacks_round_trip(fake, tmp_path):
+    model = TwoLines()
+    launcher = LaunchEachOp(fake, model)
+    with capture.annotate_modules(model, stacks=True), torch.no_grad(), launcher:
+        with capturing(FakeCUDAGraph(fake)):
+            model(torch.randn(2, 4))
+    path = tmp_path / "annotations.json"
+    capture.save_annotations(path)
+    from cgfast import annotations as annotation_files
+
+    assert annotation_files.load_stacks(path) == capture.get_kernel_stacks()
+    assert annotation_files.load_annotations(path) == dict(capture.get_kernel_annotations())

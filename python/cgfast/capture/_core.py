@@ -82,6 +82,10 @@ class Recorder:
         # what a span resolves against
         self._annotatable_local_ids: Dict[int, List[int]] = {}
         self._graph_ids: Dict[int, int] = {}  # capture graph handle -> its id
+        # launch stacks: (Span, frames) waiting for their graph's capture to end, and
+        # graph id -> local id -> frames (innermost first)
+        self._pending_stacks: List[Tuple[Span, Tuple[str, ...]]] = []
+        self._stacks: Dict[int, Dict[int, Tuple[str, ...]]] = {}
         self._annotations: Dict[int, List[Annotation]] = {}
         self.annotations: Mapping[int, List[Annotation]] = MappingProxyType(self._annotations)
         self._keys_by_graph: Dict[int, Set[int]] = {}
@@ -170,6 +174,31 @@ class Recorder:
             with self._lock:
                 self._pending.append((annotation, Span(start.graph_id, start.first, end)))
 
+    def add_stack(self, span: Span, frames: Tuple[str, ...]) -> None:
+        """The nodes of ``span`` were launched from ``frames`` (innermost first)."""
+        with self._lock:
+            self._pending_stacks.append((span, frames))
+
+    def stacks(self) -> Dict[int, List[str]]:
+        """Node id -> launch frames of every resolved node (a new dict)."""
+        with self._lock:
+            return {
+                graph_id << 32 | local_id: list(frames)
+                for graph_id, by_local_id in self._stacks.items()
+                for local_id, frames in by_local_id.items()
+            }
+
+    def _resolve_stacks(self) -> None:
+        waiting = []
+        for span, frames in self._pending_stacks:
+            if span.graph_id not in self._annotatable_local_ids:
+                waiting.append((span, frames))
+                continue
+            by_local_id = self._stacks.setdefault(span.graph_id, {})
+            for node_id in self._span_node_ids(span):
+                by_local_id.setdefault(node_id & LOCAL_ID_MASK, frames)
+        self._pending_stacks = waiting
+
     def has_pending(self, graph_id: Optional[int] = None) -> bool:
         """Whether scopes wait to be resolved (that recorded nodes of ``graph_id``)."""
         with self._lock:
@@ -228,6 +257,8 @@ class Recorder:
         with spans still waiting for its capture to end wait with them, so the order
         in which nested scopes exited decides."""
         with self._lock:
+            if self._pending_stacks:
+                self._resolve_stacks()
             pending, self._pending = self._pending, []
             if not pending:
                 return
@@ -277,6 +308,9 @@ class Recorder:
             topology = self._topology.pop(old_graph_id, None)
             if topology is not None:
                 self._topology[new_graph_id] = topology
+            stacks = self._stacks.pop(old_graph_id, None)
+            if stacks is not None:
+                self._stacks[new_graph_id] = stacks
 
     def drop_graphs(self, graph_ids: Iterable[int]) -> None:
         """Forget the annotations and topology of these graph ids."""
@@ -297,10 +331,14 @@ class Recorder:
             self._pending = still_pending
             for graph_id in ids:
                 self._annotatable_local_ids.pop(graph_id, None)
+                self._stacks.pop(graph_id, None)
+            self._pending_stacks = [entry for entry in self._pending_stacks if entry[0].graph_id not in ids]
 
     def clear(self) -> None:
         with self._lock:
             self._pending.clear()
+            self._pending_stacks.clear()
+            self._stacks.clear()
             self._annotatable_local_ids.clear()
             self._graph_ids.clear()
             self._annotations.clear()

@@ -324,20 +324,30 @@ class recording:
     recorded, resolved at capture end and remapped after instantiation. Nothing recorded
     earlier is cleared; warm-up runs outside a capture record nothing."""
 
-    __slots__ = ("_previous",)
+    __slots__ = ("_previous", "_stacks", "_stack_filter_paths")
 
-    def __init__(self) -> None:
+    def __init__(self, *, stacks: bool = False, stack_filter_paths=None) -> None:
         self._previous = []
+        self._stacks = stacks  # also record each node's launch frames (see annotate_modules)
+        self._stack_filter_paths = stack_filter_paths
 
     def __enter__(self) -> "recording":
         self._previous.append(state.enabled)
         state.enabled = True
         state.backend()  # choose the id source now, before any capture is under way
         install()
+        if self._stacks:
+            from cgfast.capture import _stacks
+
+            _stacks.request(self, self._stack_filter_paths)
         return self
 
     def __exit__(self, exc_type, exc, traceback) -> bool:
         state.enabled = self._previous.pop()
+        if self._stacks:
+            from cgfast.capture import _stacks
+
+            _stacks.release(self)
         return False
 
 

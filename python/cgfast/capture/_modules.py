@@ -18,7 +18,9 @@ module) get a prehook that makes the module's name, with ``"autograd_phase":
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from cgfast.capture import _stacks
 
 from cgfast.capture._core import SpanStart
 from cgfast.capture._state import state
@@ -315,7 +317,16 @@ class ModuleAnnotations:
     """What :func:`annotate_modules` returns: ``remove()`` (or leaving its ``with``
     block) stops annotating; removing twice is harmless."""
 
-    def __init__(self, model: Any, *, prefix: Optional[str], key: str, backward: bool) -> None:
+    def __init__(
+        self,
+        model: Any,
+        *,
+        prefix: Optional[str],
+        key: str,
+        backward: bool,
+        stacks: bool = False,
+        stack_filter_paths: Optional[Sequence[str]] = None,
+    ) -> None:
         try:
             import torch
         except ImportError as exc:  # pragma: no cover - torch is what gives modules
@@ -350,6 +361,9 @@ class ModuleAnnotations:
         from cgfast.capture._scopes import enable_annotations
 
         enable_annotations()
+        self._stacks = stacks
+        if stacks:
+            _stacks.request(self, stack_filter_paths)
         if _sync_hooks not in state.capture_listeners:
             state.capture_listeners.append(_sync_hooks)
         _sync_hooks()
@@ -367,6 +381,8 @@ class ModuleAnnotations:
                     del _registry[module]
             self._modules = []
             last = not _registry
+        if self._stacks:
+            _stacks.release(self)
         _sync_hooks()
         if last and not _enabled_before[0]:
             state.enabled = False
@@ -385,6 +401,8 @@ def annotate_modules(
     prefix: Optional[str] = None,
     key: str = "module",
     backward: bool = True,
+    stacks: bool = False,
+    stack_filter_paths: Optional[Sequence[str]] = None,
 ) -> ModuleAnnotations:
     """Annotate every graph node captured inside a forward of ``model`` or one of its
     submodules with ``{key: <name>}`` of the innermost one, named as
@@ -395,5 +413,11 @@ def annotate_modules(
     Uses global module hooks, so ``torch.cuda.make_graphed_callables`` accepts the
     model. Enables annotations (like :func:`enable_annotations`) while active; the
     handle's ``remove()`` turns them off again if they were off before. Composes with
-    ``mark_kernels`` scopes: the innermost scope wins on common keys."""
-    return ModuleAnnotations(model, prefix=prefix, key=key, backward=backward)
+    ``mark_kernels`` scopes: the innermost scope wins on common keys.
+
+    With ``stacks``, every node also gets the user Python frames that launched it
+    (see :func:`get_kernel_stacks`), filtered like torch 2.15 filters them or by the
+    directories in ``stack_filter_paths``."""
+    return ModuleAnnotations(
+        model, prefix=prefix, key=key, backward=backward, stacks=stacks, stack_filter_paths=stack_filter_paths
+    )
