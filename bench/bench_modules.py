@@ -5,7 +5,8 @@
 Always (CPU or GPU): the cost per module call outside any capture, without and with
 an active handle (the hooks' flag check), on 200 ``nn.Identity`` modules.
 With a GPU also, side by side in one run: capture time of ``torch.cuda.graph`` around one
-forward (batch 8, ``torch.no_grad``) plain, with ``annotate_modules``, and with a
+forward (batch 8, ``torch.no_grad``) plain, with ``annotate_modules`` (without and
+with ``stacks=True``), and with a
 ``mark_kernels`` scope per module (what hand-written hooks cost before), median of
 ``--repeat`` captures each, interleaved.
 """
@@ -106,6 +107,7 @@ def capture_figures(model, x, repeat: int) -> dict:
     variants = {
         "plain": lambda: None,
         "annotate_modules": lambda: capture.annotate_modules(model),
+        "annotate_modules_stacks": lambda: capture.annotate_modules(model, stacks=True),
         "scope_per_module": lambda: ScopePerModule(model),
     }
     times = {name: [] for name in variants}
@@ -123,6 +125,7 @@ def capture_figures(model, x, repeat: int) -> dict:
         "capture_ms": medians,
         "annotate_modules_ratio": medians["annotate_modules"] / medians["plain"],
         "scope_per_module_ratio": medians["scope_per_module"] / medians["plain"],
+        "annotate_modules_stacks_ratio": medians["annotate_modules_stacks"] / medians["plain"],
     }
 
 

@@ -299,3 +299,48 @@ def test_make_graphed_callables_training_step(truth, monkeypatch):
     out = graphed(x)
     out.sum().backward()
     torch.cuda.synchronize()
+
+
+def test_stacks_name_the_model_source_for_every_kernel(truth, monkeypatch):
+    model = timm.create_model("resnet50", pretrained=False).eval().cuda()
+    x = torch.randn(8, 3, 224, 224, device="cuda")
+    warm_up(model, x)
+    g = torch.cuda.CUDAGraph()
+    snapshots = []
+    with monkeypatch.context() as patch:
+        spy_capture_end(patch, truth, lambda _g, graph: snapshots.append(snapshot_nodes(truth, graph)))
+        with capture.annotate_modules(model, stacks=True):
+            with torch.no_grad(), torch.cuda.graph(g):
+                model(x)
+    exec_id = truth.exec_id(g)
+    keys = {exec_id << 32 | (node_id & MASK) for node_type, node_id in snapshots[0].values() if node_type in ANNOTATABLE}
+    stacks = capture.get_kernel_stacks()
+    sources = (os.path.dirname(timm.__file__), os.path.abspath(__file__))
+    launches = {key: stacks.get(key, [None])[0] for key in keys}
+    outside = {key: frame for key, frame in launches.items() if frame is None or not frame.startswith(sources)}
+    assert not outside, f"{len(outside)} of {len(keys)} kernels, e.g. {list(outside.values())[:5]}"
+
+    times = {"plain": [], "annotate_modules": [], "annotate_modules_stacks": []}
+    for _ in range(7):
+        times["plain"].append(capture_ms(model, x, False))
+        times["annotate_modules"].append(capture_ms(model, x, True))
+        handle = capture.annotate_modules(model, stacks=True)
+        try:
+            g2 = torch.cuda.CUDAGraph()
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            with torch.no_grad(), torch.cuda.graph(g2):
+                model(x)
+            torch.cuda.synchronize()
+            times["annotate_modules_stacks"].append((time.perf_counter() - start) * 1e3)
+        finally:
+            handle.remove()
+            capture.clear_kernel_annotations()
+    medians = {k: statistics.median(v) for k, v in times.items()}
+    FIGURES["resnet50_stacks"] = {
+        "kernels": len(keys),
+        "with_launch_in_model_or_test": len(keys) - len(outside),
+        "capture_ms_median_of_7": medians,
+        "ratio_stacks": medians["annotate_modules_stacks"] / medians["plain"],
+    }
+    write_figures()
