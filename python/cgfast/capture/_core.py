@@ -164,6 +164,11 @@ class Recorder:
             graph_id = self._graph_ids[graph] = backend.ids.graph_id(graph)
         return SpanStart(graph, graph_id, graphs.node_count(graph))
 
+    def forget_graph_ids(self) -> None:
+        """Forget which id each graph handle has (a capture began or ended: a handle may
+        be reused by a new graph)."""
+        self._graph_ids.clear()
+
     def is_capture_graph(self, graph: int) -> bool:
         """Whether ``graph`` is the top-level graph of a capture being recorded."""
         return graph in self._capture_graphs

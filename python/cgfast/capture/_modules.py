@@ -285,6 +285,7 @@ def _sync_hooks() -> None:
     # A capture began or ended: forget what belonged to the previous one (its graph may
     # be gone), on this thread and in the backward owner.
     _stream_graphs.clear()
+    state.recorder.forget_graph_ids()
     _open_frames().clear()
     _owner.span = None
     with _registry_lock:
