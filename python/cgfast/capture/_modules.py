@@ -4,15 +4,8 @@ backward) creates during capture is annotated with the module's name.
 Two global module hooks serve every handle. They are registered only while a capture
 through ``torch.cuda.CUDAGraph`` is under way (any global module hook sends every module
 call in the process down torch's slower path), and a module of no active handle costs
-a dict lookup there. Module scopes are
-*spans*: the capture graph's node count at forward entry and exit (local ids count a
-graph's nodes in creation order), resolved against the graph's kernel, memcpy and memset
-nodes once, at capture end, instead of walking the graph at every exit.
-
-Backward: in a module's forward hook, the autograd nodes its forward created (reachable
-from its outputs, with sequence numbers from its entry on, not claimed by an inner
-module) get a prehook that makes the module's name, with ``"autograd_phase":
-"backward"``, the owner of the nodes captured from then on (see ``_BackwardOwner``).
+a dict lookup there. Module scopes are spans (``_spans``); the backward of what a
+module's forward made is claimed for it in its forward hook (``_backward``).
 """
 
 from __future__ import annotations
@@ -21,17 +14,9 @@ import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from cgfast.capture import _stacks
-
-from cgfast.capture._core import SpanStart
+from cgfast.capture._backward import BACKWARD_PHASE, claim_backward
+from cgfast.capture._spans import begin_span
 from cgfast.capture._state import state
-
-# node.metadata keys: the backward annotation of the module / the user scopes that made
-# the node, both merged (module keys winning), and whether its prehook is in place
-_MODULE_KEY = "_cgfast_module_backward"
-_SCOPE_KEY = "_cgfast_scope_backward"
-_MERGED_KEY = "_cgfast_backward"
-_BRACKETED = "_cgfast_bracketed"
-BACKWARD_PHASE = {"autograd_phase": "backward"}
 
 # module -> (its handle, forward annotation, backward annotation or None)
 _registry: Dict[Any, Tuple["ModuleAnnotations", Dict[str, Any], Optional[Dict[str, Any]]]] = {}
@@ -48,31 +33,6 @@ def _open_frames() -> list:
     return frames
 
 
-# stream -> (graph, graph id) of streams seen capturing into a recorded top-level graph
-# since the last capture began or ended: later spans on them ask the driver only for
-# the node count. Used only while every capture is counted (see _begin_span).
-_stream_graphs: Dict[int, Tuple[int, int]] = {}
-
-
-def _begin_span(backend) -> Optional[SpanStart]:
-    """A span on the current stream's capture, or ``None`` when it does not capture."""
-    streams = backend.streams
-    recorder = state.recorder
-    if state.uncounted_capture or not state.patched_classes:
-        stream = streams.capturing_stream()
-        return recorder.begin_span(backend, stream) if stream is not None else None
-    stream = streams.current_stream()
-    known = _stream_graphs.get(stream)
-    if known is not None:
-        return SpanStart(known[0], known[1], backend.graphs.node_count(known[0]))
-    if streams.capturing_stream() is None:
-        return None
-    start = recorder.begin_span(backend, stream)
-    if start is not None and recorder.is_capture_graph(start.graph):
-        _stream_graphs[stream] = (start.graph, start.graph_id)
-    return start
-
-
 def _forward_pre_hook(module, args):
     if state.no_capture_in_progress():
         return None
@@ -83,7 +43,7 @@ def _forward_pre_hook(module, args):
     if backend is None:
         return None
     try:
-        start = _begin_span(backend)
+        start = begin_span(backend)
     except Exception:
         state.recorder.report_failure("reading the capture graph at a module's forward")
         return None
@@ -114,166 +74,12 @@ def _forward_hook(module, args, output):
     except Exception:
         state.recorder.report_failure("reading the capture graph at a module's forward end")
     if sequence is not None:
-        _claim_backward(output, sequence, entry[2])
+        claim_backward(output, sequence, entry[2])
     return None
-
-
-# -- backward ---------------------------------------------------------------------------
 
 
 # torch.is_grad_enabled and the next autograd sequence number, bound when hooks go in
 _torch_calls: list = []
-
-
-def _grad_fns(output: Any) -> list:
-    found = []
-    stack = [output]
-    while stack:
-        item = stack.pop()
-        grad_fn = getattr(item, "grad_fn", None)
-        if grad_fn is not None:
-            found.append(grad_fn)
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-    return found
-
-
-def _claim_backward(output: Any, first_sequence_nr: int, annotation: Dict[str, Any]) -> None:
-    """Give the autograd nodes created since ``first_sequence_nr`` that lead to
-    ``output`` and that no inner module claimed this module's backward annotation.
-    AccumulateGrad nodes (cached per leaf, owned by no forward) are left alone, as
-    torch does."""
-    import torch
-
-    accumulate = torch._C._functions.AccumulateGrad
-    stack = _grad_fns(output)
-    seen = set()
-    while stack:
-        node = stack.pop()
-        if node in seen or isinstance(node, accumulate):
-            continue
-        seen.add(node)
-        if node._sequence_nr() < first_sequence_nr:
-            continue  # made before this module's forward began
-        metadata = node.metadata
-        if _MODULE_KEY not in metadata:
-            metadata[_MODULE_KEY] = annotation
-            _bracket_backward(node, metadata)
-        stack.extend(parent for parent, _ in node.next_functions if parent is not None)
-
-
-# -- mark_kernels(..., backward=True) ---------------------------------------------------
-
-_scopes = threading.local()  # .open: merged backward annotations of open user scopes
-
-
-def enter_backward_scope(annotation: Dict[str, Any]) -> bool:
-    """While the scope is open, autograd nodes created on this thread get ``annotation``
-    (merged over enclosing such scopes) for their backward. ``False`` where torch cannot
-    report node creation (before 2.14): the scope then annotates forward work only."""
-    import torch
-
-    push = getattr(torch._C._autograd, "_push_node_creation_hook", None)
-    if push is None:
-        state.recorder.warn_once(
-            "backward scopes",
-            f"mark_kernels(..., backward=True) needs torch >= 2.14 (node creation hooks); "
-            f"torch {torch.__version__} annotates the scope's forward work only",
-        )
-        return False
-    open_scopes = getattr(_scopes, "open", None)
-    if open_scopes is None:
-        open_scopes = _scopes.open = []
-    enclosing = open_scopes[-1] if open_scopes else {}
-    open_scopes.append({**enclosing, **annotation, **BACKWARD_PHASE})
-    if len(open_scopes) == 1:
-        push(_on_node_created)
-    return True
-
-
-def exit_backward_scope() -> None:
-    import torch
-
-    open_scopes = _scopes.open
-    open_scopes.pop()
-    if not open_scopes:
-        torch._C._autograd._pop_node_creation_hook()
-
-
-def _on_node_created(node: Any) -> None:
-    open_scopes = getattr(_scopes, "open", None)
-    if not open_scopes or type(node).__name__ == "AccumulateGrad":
-        return
-    metadata = node.metadata
-    metadata[_SCOPE_KEY] = open_scopes[-1]
-    _bracket_backward(node, metadata)
-
-
-class _BackwardOwner:
-    """The annotation the backward nodes being created now belong to: set when a
-    claimed autograd node starts (its prehook), so it also covers the gradient sums the
-    engine adds after the node ran; ended by the next claimed node, an AccumulateGrad
-    node, or the end of the backward pass. Autograd runs a device's nodes one at a time
-    (one thread per device), so one owner serves."""
-
-    def __init__(self) -> None:
-        self.span = None  # (SpanStart, annotation)
-
-    def start(self, annotation: Dict[str, Any]) -> None:
-        first = self.span is None
-        self.end()
-        if state.no_capture_in_progress() or not state.enabled:
-            return
-        backend = state.backend()
-        if backend is None:
-            return
-        try:
-            start = _begin_span(backend)
-        except Exception:
-            state.recorder.report_failure("reading the capture graph at a backward node")
-            return
-        if start is None:
-            return
-        self.span = (start, annotation)
-        if first:
-            import torch
-
-            torch.autograd.Variable._execution_engine.queue_callback(self.end)
-
-    def end(self, *_: Any) -> None:
-        span, self.span = self.span, None
-        if span is not None:
-            try:
-                state.recorder.end_span(state.backend(), span[0], span[1])
-            except Exception:
-                state.recorder.report_failure("reading the capture graph after a backward node")
-
-
-_owner = _BackwardOwner()
-
-
-def _bracket_backward(node: Any, metadata: Dict[Any, Any]) -> None:
-    """Once per node: a prehook that makes its backward annotation (its module's, over
-    the user scopes' it was created in) the owner of what is captured next."""
-    if _BRACKETED in metadata:
-        return
-    metadata[_BRACKETED] = True
-
-    def prehook(grad_outputs):
-        annotation = metadata.get(_MERGED_KEY)
-        if annotation is None:
-            scope, module = metadata.get(_SCOPE_KEY), metadata.get(_MODULE_KEY)
-            annotation = metadata[_MERGED_KEY] = {**scope, **module} if scope and module else scope or module
-        _owner.start(annotation)
-        return None
-
-    node.register_prehook(prehook)
-    for parent, _ in node.next_functions:
-        if parent is not None and type(parent).__name__ == "AccumulateGrad" and _BRACKETED not in parent.metadata:
-            parent.metadata[_BRACKETED] = True
-            parent.register_prehook(_owner.end)
 
 
 # -- handles ----------------------------------------------------------------------------
@@ -282,12 +88,7 @@ def _bracket_backward(node: Any, metadata: Dict[Any, Any]) -> None:
 def _sync_hooks() -> None:
     """Hook modules only while a capture may be under way: with any global module hook,
     every module call in the process takes torch's slow path (about 3 us more)."""
-    # A capture began or ended: forget what belonged to the previous one (its graph may
-    # be gone), on this thread and in the backward owner.
-    _stream_graphs.clear()
-    state.recorder.forget_graph_ids()
-    _open_frames().clear()
-    _owner.span = None
+    _open_frames().clear()  # a capture began or ended: their graph may be gone
     with _registry_lock:
         wanted = bool(_registry) and (
             state.captures_in_progress > 0 or state.uncounted_capture or state.patched_classes == 0

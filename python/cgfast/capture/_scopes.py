@@ -68,7 +68,7 @@ class mark_kernels:
             # Snapshot: the caller may reuse or change its dict after the scope.
             self._annotation = dict(self._annotation)
             if self._backward:
-                from cgfast.capture._modules import enter_backward_scope
+                from cgfast.capture._backward import enter_backward_scope
 
                 self._backward = enter_backward_scope(self._annotation) or None
         return self
@@ -81,7 +81,7 @@ class mark_kernels:
         if self._backward is None:
             self._backward = True  # entered on a torch without node creation hooks
         elif self._backward:
-            from cgfast.capture._modules import exit_backward_scope
+            from cgfast.capture._backward import exit_backward_scope
 
             exit_backward_scope()
         if exc_type is not None:

@@ -133,10 +133,10 @@ def _make_mode_class():
             start = None
             backend = state.backend() if state.enabled else None
             if backend is not None:
-                from cgfast.capture._modules import _begin_span
+                from cgfast.capture._spans import begin_span
 
                 try:
-                    start = _begin_span(backend)
+                    start = begin_span(backend)
                 except Exception:
                     state.recorder.report_failure("reading the capture graph at an op")
             out = func(*args, **(kwargs or {}))
