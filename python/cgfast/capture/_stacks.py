@@ -22,8 +22,8 @@ from cgfast.capture._state import state
 MAX_FRAMES = 64
 _requests: List[Tuple[Any, Optional[Tuple[str, ...]]]] = []  # (owner, filter paths)
 _mode: List[Any] = []  # the dispatch mode while pushed
-_noise: Dict[str, bool] = {}
-_roots: List[Tuple[str, ...]] = []
+# filter paths (None: torch's defaults) -> (directory prefixes, file name -> filtered?)
+_filters: Dict[Optional[Tuple[str, ...]], Tuple[Tuple[str, ...], Dict[str, bool]]] = {}
 _OWN_ROOT = os.path.normcase(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
@@ -34,8 +34,6 @@ def request(owner: Any, filter_paths: Optional[Sequence[str]] = None) -> None:
             raise TypeError("stack filter paths must be a list of non-empty path strings")
         filter_paths = tuple(filter_paths)
     _requests.append((owner, filter_paths))
-    _roots.clear()
-    _noise.clear()
     if _sync not in state.capture_listeners:
         state.capture_listeners.append(_sync)
     _sync()
@@ -45,8 +43,6 @@ def release(owner: Any) -> None:
     for index, (holder, _) in enumerate(_requests):
         if holder is owner:
             del _requests[index]
-            _roots.clear()
-            _noise.clear()
             break
     _sync()
 
@@ -69,10 +65,15 @@ def _sync() -> None:
         _mode.clear()
 
 
-def _filter_roots() -> Tuple[str, ...]:
-    if _roots:
-        return _roots[0]
+def _filter() -> Tuple[Tuple[str, ...], Dict[str, bool]]:
     paths = _requests[-1][1] if _requests else None
+    cached = _filters.get(paths)
+    if cached is None:
+        cached = _filters[paths] = (_filter_roots(paths), {})
+    return cached
+
+
+def _filter_roots(paths: Optional[Tuple[str, ...]]) -> Tuple[str, ...]:
     if paths is None:
         roots = []
         try:
@@ -97,14 +98,12 @@ def _filter_roots() -> Tuple[str, ...]:
     else:
         roots = list(paths)
     prefixes = tuple(os.path.normcase(os.path.abspath(root)).rstrip(os.sep) + os.sep for root in roots)
-    prefixes += ((_OWN_ROOT,) + (("<frozen ",) if paths is None else ()))
-    _roots.append(prefixes)
-    return prefixes
+    return prefixes + (_OWN_ROOT,) + (("<frozen ",) if paths is None else ())
 
 
 def user_frames(skip: int = 1) -> Tuple[str, ...]:
     """``file:line:function`` of the caller's user frames, innermost first."""
-    roots = _filter_roots()
+    roots, noise_of = _filter()
     frames = []
     frame = sys._getframe(skip)
     try:
@@ -113,10 +112,10 @@ def user_frames(skip: int = 1) -> Tuple[str, ...]:
                 break
             code = frame.f_code
             filename = code.co_filename
-            noise = _noise.get(filename)
+            noise = noise_of.get(filename)
             if noise is None:
                 path = filename if filename.startswith("<") else os.path.normcase(os.path.abspath(filename))
-                noise = _noise[filename] = path.startswith(roots)
+                noise = noise_of[filename] = path.startswith(roots)
             if not noise:
                 frames.append(f"{filename}:{frame.f_lineno}:{code.co_name}")
             frame = frame.f_back
