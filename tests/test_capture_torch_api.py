@@ -84,3 +84,28 @@ def test_uninstall_gives_torch_its_functions_back(fake):
     capture.uninstall()
     assert private.mark_kernels is TORCH_MARK_KERNELS and public.mark_kernels is TORCH_MARK_KERNELS
     assert private._set_annotations_enabled is TORCH_SET_ENABLED
+
+
+def test_torch_mark_stream_is_recorded_through_its_mark_kernels(driver_without_tools_ids, monkeypatch):
+    fake = driver_without_tools_ids
+    # torch's mark_stream switches streams through torch.cuda: on the fake driver here
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a, **k: fake.current())
+    monkeypatch.setattr(torch.cuda, "stream", fake.use)
+    side = fake.new_stream()
+    g = FakeCUDAGraph(fake)
+    private._set_annotations_enabled(True)
+    try:
+        with capturing(g) as main:
+            fake.launch("main")
+            with private.mark_stream(side, {"name": "prefetch"}):
+                fake.wait_stream(side, main)
+                load = fake.launch("load")
+            fake.wait_stream(main, side)
+            after = fake.launch("after")
+    finally:
+        private._set_annotations_enabled(False)
+    registry = capture.get_kernel_annotations()
+    assert registry[g.graph_exec.id << 32 | load.local_id] == [
+        {"name": "prefetch", "stream": private._get_stream_id(side)}
+    ]
+    assert g.graph_exec.id << 32 | after.local_id not in registry
