@@ -426,3 +426,18 @@ def test_saved_stacks_round_trip(fake, tmp_path):
 
     assert annotation_files.load_stacks(path) == capture.get_kernel_stacks()
     assert annotation_files.load_annotations(path) == dict(capture.get_kernel_annotations())
+
+
+def test_a_failing_listener_does_not_break_the_capture(fake, monkeypatch, caplog):
+    def broken():
+        raise RuntimeError("listener failed")
+
+    monkeypatch.setattr(state, "capture_listeners", [*state.capture_listeners, broken])
+    model = TwoLines()
+    g = FakeCUDAGraph(fake)
+    with capture.annotate_modules(model), torch.no_grad(), LaunchEachOp(fake, model):
+        with capturing(g):
+            model(torch.zeros(2, 4))
+    assert g.graph_exec is not None
+    assert "updating annotation hooks" in caplog.text
+    assert {a[0]["module"] for a in capture.get_kernel_annotations().values()} == {"lin", ""}

@@ -61,14 +61,19 @@ class State:
     def capture_began(self) -> None:
         with self._count_lock:
             self.captures_in_progress += 1
-        for listener in self.capture_listeners:
-            listener()
+        self._tell_listeners()
 
     def capture_over(self) -> None:
         with self._count_lock:
             self.captures_in_progress = max(0, self.captures_in_progress - 1)
+        self._tell_listeners()
+
+    def _tell_listeners(self) -> None:
         for listener in self.capture_listeners:
-            listener()
+            try:
+                listener()
+            except Exception:  # never break the capture itself
+                self.recorder.report_failure("updating annotation hooks at a capture's begin or end")
 
     def no_capture_in_progress(self) -> bool:
         """True only when every capture goes through a patched class and none is open."""
