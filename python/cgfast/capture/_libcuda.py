@@ -148,6 +148,22 @@ class LibcudaGraphs:
             return None
         return CaptureState(graph.value, [deps[i] for i in range(count.value)])
 
+    def capture_graph(self, stream: int) -> Optional[int]:
+        """The graph ``stream`` captures into, without reading its frontier."""
+        status = ctypes.c_int()
+        graph = _c_void_p()
+        if self._capture_info_name.endswith("_v3"):
+            code = self._capture_info(stream, ctypes.byref(status), None, ctypes.byref(graph), None, None, None)
+        else:
+            code = self._capture_info(stream, ctypes.byref(status), None, ctypes.byref(graph), None, None)
+        self._check(self._capture_info_name, code)
+        return graph.value if status.value == CAPTURE_STATUS_ACTIVE else None
+
+    def node_count(self, graph: int) -> int:
+        count = _c_size_t(0)
+        self._check("cuGraphGetNodes", self._nodes(graph, None, ctypes.byref(count)))
+        return count.value
+
     def root_nodes(self, graph: int) -> List[int]:
         return self._graph_nodes("cuGraphGetRootNodes", self._root_nodes, graph)
 

@@ -650,7 +650,7 @@ mod tests {
                 nodes.insert(((*graph as NodeId) << 32) | local as NodeId, vec![item]);
             }
         }
-        let annotations = Annotations { nodes, graphs: graphs.into_iter().collect() };
+        let annotations = Annotations { nodes, graphs: graphs.into_iter().collect(), ..Default::default() };
         let report = recover(&mut index, &annotations, mode);
         let ids = index
             .events
@@ -764,7 +764,7 @@ mod tests {
         assert_eq!((report.recovered_replays, report.stamped_replays, report.ambiguous_replays, report.equivalent_replays), (3, 3, 0, 0));
         // without stamps reading, as before
         let index = trace_with(&[(5, TWIN), (6, TWIN), (7, TWIN)], &stamps, "");
-        let annotations = Annotations { nodes: Default::default(), graphs: twins().into_iter().collect() };
+        let annotations = Annotations { nodes: Default::default(), graphs: twins().into_iter().collect(), ..Default::default() };
         let mut plain = index;
         let report = recover_with(&mut plain, &annotations, Recover::Auto, false);
         assert_eq!((report.recovered_replays, report.ambiguous_replays, report.stamped_replays), (0, 3, 0));

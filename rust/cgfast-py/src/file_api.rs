@@ -100,12 +100,13 @@ pub fn annotate_file<'py>(
     json_to_py(py, &report.to_json(annotations_path.as_deref(), true))
 }
 
-/// `(annotations, graphs)` of an annotation file (cgfast JSON, optionally gzipped, or
-/// a PyTorch pickle, read without executing code): node id -> list of dicts/strings,
-/// and exec graph id -> its recorded nodes. Raises `TraceError` for a file that is
+/// `(annotations, graphs, stacks)` of an annotation file (cgfast JSON, optionally
+/// gzipped, or a PyTorch pickle, read without executing code): node id -> list of
+/// dicts/strings, exec graph id -> its recorded nodes, and node id -> its launch
+/// frames (`file:line:function`, innermost first; empty without a stacks section). Raises `TraceError` for a file that is
 /// neither.
 #[pyfunction]
-pub fn read_annotations<'py>(py: Python<'py>, path: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
+pub fn read_annotations<'py>(py: Python<'py>, path: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>, Bound<'py, PyDict>)> {
     let path = path_of(path)?.ok_or_else(|| PyValueError::new_err("path must not be None"))?;
     let loaded = py.detach(|| annotation_file::read(&path)).map_err(TraceError::new_err)?;
     let nodes = PyDict::new(py);
@@ -115,18 +116,29 @@ pub fn read_annotations<'py>(py: Python<'py>, path: &Bound<'py, PyAny>) -> PyRes
         let items: Vec<Bound<'py, PyAny>> = loaded.nodes[id].iter().map(|item| value_to_py(py, &item.to_value())).collect::<PyResult<_>>()?;
         nodes.set_item(*id, items)?;
     }
-    Ok((nodes, graphs_to_py(py, &loaded.graphs)?))
+    let stacks = PyDict::new(py);
+    for (id, frames) in &loaded.stacks {
+        stacks.set_item(*id, frames)?;
+    }
+    Ok((nodes, graphs_to_py(py, &loaded.graphs)?, stacks))
 }
 
 /// Write `annotations` (node id -> list of dicts/strings) and, optionally, `graphs`
-/// (exec graph id -> recorded nodes) as a cgfast annotation file at `path`,
+/// (exec graph id -> recorded nodes) and `stacks` (node id -> launch frames) as a cgfast annotation file at `path`,
 /// atomically; gzipped when the name ends in `.gz`. Raises TypeError for data of the
 /// wrong shape and `TraceError` when the file cannot be written.
 #[pyfunction]
-#[pyo3(signature = (path, annotations, graphs = None))]
-pub fn write_annotations(py: Python<'_>, path: &Bound<'_, PyAny>, annotations: &Bound<'_, PyAny>, graphs: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+#[pyo3(signature = (path, annotations, graphs = None, stacks = None))]
+pub fn write_annotations(
+    py: Python<'_>,
+    path: &Bound<'_, PyAny>,
+    annotations: &Bound<'_, PyAny>,
+    graphs: Option<&Bound<'_, PyAny>>,
+    stacks: Option<std::collections::HashMap<cgfast_core::trace::NodeId, Vec<String>>>,
+) -> PyResult<()> {
     let path = path_of(path)?.ok_or_else(|| PyValueError::new_err("path must not be None"))?;
-    let annotations = annotations_of(annotations, graphs)?;
+    let mut annotations = annotations_of(annotations, graphs)?;
+    annotations.stacks = stacks.unwrap_or_default().into_iter().collect();
     py.detach(|| annotation_file::write(&path, &annotations)).map_err(TraceError::new_err)
 }
 
