@@ -1,10 +1,11 @@
-"""`cgfast summary --depth N --group-layers --hierarchy`: module paths rolled up, and their
-icicle in a real browser."""
+"""`cgfast summary --depth N --group-layers --hierarchy --no-hierarchy`: module paths rolled
+up, and their icicle in a real browser (drawn by default with `--by module`)."""
 
 from __future__ import annotations
 
 import json
 import random
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -120,9 +121,43 @@ def test_without_the_new_flags_nothing_is_added(tmp_path):
     report = report_of(trace, "--by", "module")
     assert "depth" not in report and "group_layers" not in report
     assert {r["value"] for r in report["rows"]} >= {"model.layers.0.mlp.up_proj", "model.layers.1"}
-    table = cgfast("summary", trace, "--by", "module", "--chart", tmp_path / "c.html")
+    table = cgfast("summary", trace, "--by", "module", "--no-hierarchy", "--chart", tmp_path / "c.html")
     assert not any(line.lstrip().startswith("values") for line in table.stdout.splitlines())
     assert "hierarchy" not in (tmp_path / "c.html").read_text()
+
+
+ICICLE = re.compile(r'<svg [^>]*>\n<rect width="100%" height="100%" fill="#ffffff"/>\n<text [^>]*>The args\.(\w+) hierarchy</text>.*?</svg>\n', re.S)
+
+
+def charts(tmp_path, trace, kind, *args):
+    """The chart `cgfast summary trace *args --chart c.kind` writes, as text."""
+    chart = tmp_path / f"c{len(list(tmp_path.iterdir()))}.{kind}"
+    run = cgfast("summary", trace, *args, "--chart", chart)
+    assert run.returncode == 0, run.stderr
+    return chart.read_text()
+
+
+@pytest.mark.parametrize("kind", ["html", "svg"])
+def test_by_module_the_chart_draws_the_icicle_unless_told_not_to(tmp_path, kind):
+    trace = llama_like(tmp_path / "llama.annotated.json", layers=2)
+    default = charts(tmp_path, trace, kind, "--by", "module")
+    bars = charts(tmp_path, trace, kind, "--by", "module", "--no-hierarchy")
+    assert charts(tmp_path, trace, kind, "--by", "module", "--hierarchy") == default
+    assert [m.group(1) for m in ICICLE.finditer(default)] == ["module"] and not ICICLE.search(bars)
+    assert "model.layers.1.mlp.down_proj" in ICICLE.search(default).group(0)
+    # The default is the bars-only chart with the icicle added above the bars, nothing else changed.
+    without = ICICLE.sub("", default, count=1)
+    if kind == "svg":
+        outer = re.match(r'<svg xmlns="http://www.w3.org/2000/svg" width="\d+" height="\d+" viewBox="[^"]*">\n', without)
+        assert outer and without.endswith("</svg>\n</svg>\n")
+        without = re.sub(r'^<svg y="\d+" ', "<svg ", without[outer.end() : -len("</svg>\n")])
+    assert without == bars
+    # --no-hierarchy also with rolled-up values: their bars, no icicle.
+    rolled = charts(tmp_path, trace, kind, "--by", "module", "--depth", "2", "--no-hierarchy")
+    assert not ICICLE.search(rolled) and "model.layers" in rolled and "model.layers.0" not in rolled
+    # Other keys draw it only when asked.
+    assert not ICICLE.search(charts(tmp_path, trace, kind, "--by", "name"))
+    assert [m.group(1) for m in ICICLE.finditer(charts(tmp_path, trace, kind, "--by", "name", "--hierarchy"))] == ["name"]
 
 
 def test_from_python(tmp_path):
@@ -134,6 +169,12 @@ def test_from_python(tmp_path):
     report = cg.summary_report(trace, by="module", chart=chart, hierarchy=True)
     assert "depth" not in report
     assert "The args.module hierarchy" in chart.read_text()
+    cg.summary_report(trace, by="module", chart=chart)
+    assert ICICLE.search(chart.read_text())
+    cg.summarize(trace, by="module", chart=chart, hierarchy=False)
+    assert chart.read_text() == charts(tmp_path, trace, "html", "--by", "module", "--no-hierarchy")
+    cg.summarize(trace, by="name", chart=chart)
+    assert not ICICLE.search(chart.read_text())
     with pytest.raises(ValueError, match="depth must be at least 1"):
         cg.summarize(trace, by="module", depth=0)
     with pytest.raises(ValueError, match="give chart="):
@@ -146,6 +187,7 @@ def test_from_python(tmp_path):
         (["--depth", "0"], "invalid value '0' for '--depth <N>'"),
         (["--depth", "two"], "invalid value 'two' for '--depth <N>'"),
         (["--hierarchy"], "--hierarchy draws the hierarchy in a chart: give --chart out.html"),
+        (["--hierarchy", "--no-hierarchy", "--chart", "c.html"], "the argument '--hierarchy' cannot be used with '--no-hierarchy'"),
     ],
 )
 def test_bad_flags_are_one_clear_line(tmp_path, args, message):
@@ -187,7 +229,7 @@ def test_the_icicle_renders_in_a_browser(tmp_path, kind, group_layers):
     events = [kernel(1000 * k, us, replay=1, node=k + 1, **({"module": m} if m else {})) for k, (m, us) in enumerate(TIMES.items())]
     trace = write_trace(tmp_path / "c.annotated.json", events)
     chart = tmp_path / f"chart.{kind}"
-    run = cgfast("summary", trace, "--by", "module", "--chart", chart, *(["--group-layers"] if group_layers else ["--hierarchy"]))
+    run = cgfast("summary", trace, "--by", "module", "--chart", chart, *(["--group-layers"] if group_layers else []))
     assert run.returncode == 0, run.stderr
     text = chart.read_text()
     assert "<script" not in text and "href=" not in text and "url(" not in text

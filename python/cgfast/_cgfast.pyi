@@ -62,6 +62,6 @@ def summary_report(
     chart: _Path | None = None,
     depth: int | None = None,
     group_layers: bool = False,
-    hierarchy: bool = False,
+    hierarchy: bool | None = None,
 ) -> dict[str, Any]: ...
 def find_traces(paths: _Path | Iterable[_Path], *, annotated: bool = False) -> list[str]: ...

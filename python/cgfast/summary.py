@@ -34,7 +34,7 @@ def summary_report(
     chart: Optional[PathLike] = None,
     depth: Optional[int] = None,
     group_layers: bool = False,
-    hierarchy: bool = False,
+    hierarchy: Optional[bool] = None,
 ) -> Dict[str, Any]:
     """The whole report as a dict, as ``cgfast summary --format json`` prints it (with
     ``replay_rows`` added when ``steps``). ``paths``: annotated traces, directories
@@ -42,7 +42,8 @@ def summary_report(
     ``.svg`` or ``.html`` chart there. ``depth``: roll values (module paths) up to their
     first ``depth`` dotted segments; ``group_layers``: merge numbered siblings
     (``model.layers.0.mlp`` and ``model.layers.1.mlp`` as ``model.layers.*.mlp``);
-    ``hierarchy``: draw the values' tree as an icicle in the chart (implied by either).
+    ``hierarchy``: draw the values' tree as an icicle in the chart (``None``, the default:
+    when ``by`` is ``"module"`` or values are rolled up; ``False``: never, bars only).
     Raises ``cgfast.TraceError`` naming every trace that cannot be read."""
     return _cgfast.summary_report(
         paths, by=by, steps=steps, top=top, jobs=jobs or 0, chart=chart, depth=depth, group_layers=group_layers, hierarchy=hierarchy
@@ -60,7 +61,7 @@ def summarize(
     frame: bool = False,
     depth: Optional[int] = None,
     group_layers: bool = False,
-    hierarchy: bool = False,
+    hierarchy: Optional[bool] = None,
 ) -> Union[List[Dict[str, Any]], "Any"]:
     """Rows of the summary of ``paths`` grouped by ``args[by]``, largest share first.
 

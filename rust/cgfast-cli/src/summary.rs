@@ -53,10 +53,13 @@ pub struct Args {
     /// model.layers.*.mlp.
     #[arg(long)]
     group_layers: bool,
-    /// Draw the values' hierarchy as an icicle in the --chart (implied by --depth and
-    /// --group-layers).
+    /// Draw the values' hierarchy as an icicle in the --chart (the default with --by
+    /// module, --depth and --group-layers).
     #[arg(long)]
     hierarchy: bool,
+    /// Never draw the icicle: the --chart has the bars only.
+    #[arg(long, conflicts_with = "hierarchy")]
+    no_hierarchy: bool,
 }
 
 /// Inputs this large show a progress bar (on a terminal).
@@ -75,8 +78,8 @@ pub fn run(args: Args) -> Result<(), String> {
     if args.hierarchy && args.chart.is_none() {
         return Err("--hierarchy draws the hierarchy in a chart: give --chart out.html (or .svg)".into());
     }
-    let hierarchy = Hierarchy { depth: args.depth.map(|d| d as usize), group_layers: args.group_layers, tree: args.hierarchy };
-    let hierarchy = Hierarchy { tree: hierarchy.tree || hierarchy.rolls_up(), ..hierarchy };
+    let tree = if args.hierarchy { Some(true) } else if args.no_hierarchy { Some(false) } else { None };
+    let hierarchy = Hierarchy::new(&args.by, args.depth.map(|d| d as usize), args.group_layers, tree);
     let traces = inputs::find(&args.traces, Wanted::Annotated)?;
     let options = Options { by: args.by.clone(), steps: args.steps, top: args.top, hierarchy };
     let progress = Files::new("reading", &traces, !args.no_progress, LARGE);

@@ -22,7 +22,18 @@ pub struct Hierarchy {
 /// The segment that stands for every numbered sibling.
 pub const ANY_LAYER: &str = "*";
 
+/// The key whose values are module paths: its chart draws their tree unless told not to.
+pub const MODULE_KEY: &str = "module";
+
 impl Hierarchy {
+    /// Values of `by` rolled up to `depth` segments (and numbered siblings merged with
+    /// `group_layers`); the tree drawn when `tree` says so, or, when it says nothing,
+    /// when values are rolled up or are module paths (`by` is `module`).
+    pub fn new(by: &str, depth: Option<usize>, group_layers: bool, tree: Option<bool>) -> Hierarchy {
+        let rolled = Hierarchy { depth, group_layers, tree: false };
+        Hierarchy { tree: tree.unwrap_or(by == MODULE_KEY || rolled.rolls_up()), ..rolled }
+    }
+
     /// Whether values are changed at all.
     pub fn rolls_up(&self) -> bool {
         self.depth.is_some() || self.group_layers
@@ -188,6 +199,19 @@ mod tests {
             top_kernels: Vec::new(),
             per_replay: None,
         }
+    }
+
+    #[test]
+    fn the_tree_is_drawn_for_module_paths_unless_told_not_to() {
+        let tree = |by, depth, group_layers, tree| Hierarchy::new(by, depth, group_layers, tree).tree;
+        assert!(tree("module", None, false, None));
+        assert!(!tree("module", None, false, Some(false)));
+        assert!(!tree("module", Some(2), true, Some(false)));
+        assert!(!tree("name", None, false, None));
+        assert!(tree("name", None, false, Some(true)));
+        assert!(tree("name", Some(2), false, None));
+        assert!(tree("stream", None, true, None));
+        assert_eq!(Hierarchy::new("module", Some(3), true, None), Hierarchy { depth: Some(3), group_layers: true, tree: true });
     }
 
     #[test]
