@@ -127,19 +127,24 @@ def _sync_hooks() -> None:
                 _hooks.pop().remove()
 
 
-def _install_hooks() -> None:
-    import inspect
+_forward_hook_options: list = []  # register_module_forward_hook's keywords, read once
 
+
+def _install_hooks() -> None:
     import torch
     from torch.nn.modules import module as nn_module
 
     _torch_calls[:] = [torch.is_grad_enabled, torch._C._autograd._get_sequence_nr]
+    if not _forward_hook_options:
+        import inspect
+
+        extra = {}
+        if "always_call" in inspect.signature(nn_module.register_module_forward_hook).parameters:
+            extra["always_call"] = True  # keeps the open frames balanced when a forward raises
+        _forward_hook_options.append(extra)
 
     _hooks.append(nn_module.register_module_forward_pre_hook(_forward_pre_hook))
-    extra = {}
-    if "always_call" in inspect.signature(nn_module.register_module_forward_hook).parameters:
-        extra["always_call"] = True  # keeps the open frames balanced when a forward raises
-    _hooks.append(nn_module.register_module_forward_hook(_forward_hook, **extra))
+    _hooks.append(nn_module.register_module_forward_hook(_forward_hook, **_forward_hook_options[0]))
 
 
 class ModuleAnnotations:
