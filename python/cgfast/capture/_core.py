@@ -365,6 +365,9 @@ class Recorder:
         """One pass over ``graph``'s nodes: every annotatable node in local-id order with
         its kind, kernel launch and annotatable dependencies (through any other nodes)."""
         graphs, ids = backend.graphs, backend.ids
+        forget_function_names = getattr(graphs, "forget_function_names", None)
+        if forget_function_names is not None:
+            forget_function_names()
         local_ids: Dict[int, int] = {}
         kinds: Dict[int, int] = {}
         nodes = graphs.nodes(graph)

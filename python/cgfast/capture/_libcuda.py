@@ -113,10 +113,15 @@ class LibcudaGraphs:
         self._function_name = self._optional("cuFuncGetName", name_out)
         self._kernel_name = self._optional("cuKernelGetName", name_out)
         # Queries made once per module boundary or per node: per-thread out-parameters
-        # made once, a name per function handle read once (a handle is the function, and
-        # a model launches few distinct ones many times).
+        # made once, and a name per function handle read once per graph walk (a model
+        # launches few distinct functions many times; a handle may be reused once its
+        # module is unloaded, so names are not kept across walks).
         self._scratch = threading.local()
         self._names: dict = {}
+
+    def forget_function_names(self) -> None:
+        """A new walk over a graph begins: function handles may have been reused."""
+        self._names = {}
 
     def _scratch_space(self):
         space = getattr(self._scratch, "space", None)
