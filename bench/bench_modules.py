@@ -3,7 +3,9 @@
     python bench/bench_modules.py [--json out.json] [--models resnet50,vit_small_patch16_224]
 
 Always (CPU or GPU): the cost per module call outside any capture, without and with
-an active handle (the hooks' flag check), on 200 ``nn.Identity`` modules.
+an active handle (the hooks' flag check), and with a pair of global hooks that do
+nothing (torch's slower call path, which cgfast's hooks take during a capture), on 200
+``nn.Identity`` modules.
 With a GPU also, side by side in one run: capture time of ``torch.cuda.graph`` around one
 forward (batch 8, ``torch.no_grad``) plain, with ``annotate_modules`` (without and
 with ``stacks=True``), and with a
@@ -52,7 +54,26 @@ def hook_cost_us(repeat: int) -> dict:
     without = best()
     with capture.annotate_modules(model):
         within = best()
-    return {"no_handle": without, "handle": within, "added": within - without}
+    # What any global forward pre- and post-hook pair costs a module call (torch's slow
+    # call path), as cgfast's pair does during a capture: here two hooks doing nothing.
+    from torch.nn.modules import module as nn_module
+
+    hooks = [
+        nn_module.register_module_forward_pre_hook(lambda module, args: None),
+        nn_module.register_module_forward_hook(lambda module, args, output: None, always_call=True),
+    ]
+    try:
+        global_hooks = best()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return {
+        "no_handle": without,
+        "handle": within,
+        "added": within - without,
+        "noop_global_hooks": global_hooks,
+        "noop_global_hooks_added": global_hooks - without,
+    }
 
 
 class ScopePerModule:
