@@ -138,6 +138,7 @@ class Block(torch.nn.Module):
     def forward(self, x, driver):
         driver.launch("block_head")
         with capture.mark_kernels({"name": "user", "module": "user-scope"}):
+            driver.launch("in_user_scope_before_child")  # before a child: still the user's
             y = self.inner(x)
             driver.launch("in_user_scope")
         return y
@@ -166,6 +167,7 @@ def test_mark_kernels_composes_with_module_scopes_innermost_winning(fake):
     assert got["root_head"] == {"module": "", "name": "outer", "step": 1}
     assert got["block_head"] == {"module": "block", "name": "outer", "step": 1}
     assert got["in_user_scope"] == {"module": "user-scope", "name": "user", "step": 1}
+    assert got["in_user_scope_before_child"] == {"module": "user-scope", "name": "user", "step": 1}
 
 
 def test_outside_a_capture_hooks_ask_no_driver(fake):

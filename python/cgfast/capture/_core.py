@@ -173,11 +173,17 @@ class Recorder:
         """Whether ``graph`` is the top-level graph of a capture being recorded."""
         return graph in self._capture_graphs
 
-    def end_span(self, backend: Backend, start: SpanStart, annotation: Annotation) -> None:
+    def end_span(self, backend: Backend, start: SpanStart, annotation: Annotation) -> int:
+        """Record the nodes created since ``start``; returns the graph's node count now."""
         end = backend.graphs.node_count(start.graph)
-        if end > start.first:
+        self.add_span(start.graph_id, start.first, end, annotation)
+        return end
+
+    def add_span(self, graph_id: int, first: int, end: int, annotation: Annotation) -> None:
+        """Record local ids ``first <= id < end`` of graph ``graph_id`` (nothing when empty)."""
+        if end > first:
             with self._lock:
-                self._pending.append((annotation, Span(start.graph_id, start.first, end)))
+                self._pending.append((annotation, Span(graph_id, first, end)))
 
     def add_stack(self, span: Span, frames: Tuple[str, ...]) -> None:
         """The nodes of ``span`` were launched from ``frames`` (innermost first)."""
@@ -359,6 +365,9 @@ class Recorder:
         """One pass over ``graph``'s nodes: every annotatable node in local-id order with
         its kind, kernel launch and annotatable dependencies (through any other nodes)."""
         graphs, ids = backend.graphs, backend.ids
+        forget_function_names = getattr(graphs, "forget_function_names", None)
+        if forget_function_names is not None:
+            forget_function_names()
         local_ids: Dict[int, int] = {}
         kinds: Dict[int, int] = {}
         nodes = graphs.nodes(graph)

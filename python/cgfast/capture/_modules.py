@@ -23,7 +23,9 @@ _registry: Dict[Any, Tuple["ModuleAnnotations", Dict[str, Any], Optional[Dict[st
 _registry_lock = threading.RLock()
 _hooks: List[Any] = []
 _enabled_before = [False]  # whether annotations were on when the first active handle came
-_frames = threading.local()  # .open: [(module, SpanStart, sequence number or None)]
+# .open: [[module, graph, graph id, first local id of its open segment, sequence number
+# or None, annotation, its closed segments as [(first, end)] or None]]
+_frames = threading.local()
 
 
 def _open_frames() -> list:
@@ -33,11 +35,17 @@ def _open_frames() -> list:
     return frames
 
 
+# A module's nodes are recorded as segments that leave out its children's: from its
+# entry (or a child's exit) to a child's entry (or its own exit). Every node is then in
+# one module span, the innermost, so resolving costs one entry per node however deep the
+# module tree is, and the node counts read at each boundary serve both sides of it.
+# A module's segments are recorded when it exits, after what exited inside it (its
+# children, user scopes), so that those still win on common keys.
+
+
 def _forward_pre_hook(module, args):
-    if state.no_capture_in_progress():
-        return None
     entry = _registry.get(module)
-    if entry is None or not state.enabled:
+    if entry is None or not state.enabled or state.no_capture_in_progress():
         return None
     backend = state.backend()
     if backend is None:
@@ -49,8 +57,19 @@ def _forward_pre_hook(module, args):
         return None
     if start is None:
         return None
+    graph, graph_id, first = start
+    frames = _open_frames()
+    if frames:
+        parent = frames[-1]
+        if parent[1] == graph:
+            if first > parent[3]:
+                if parent[6] is None:
+                    parent[6] = [(parent[3], first)]
+                else:
+                    parent[6].append((parent[3], first))
+            parent[3] = first
     sequence = _torch_calls[1]() if entry[2] is not None and _torch_calls[0]() else None
-    _open_frames().append((module, start, sequence))
+    frames.append([module, graph, graph_id, first, sequence, entry[1], None])
     return None
 
 
@@ -63,16 +82,24 @@ def _forward_hook(module, args, output):
             break
     else:
         return None
-    _, start, sequence = frames[depth]
+    _, graph, graph_id, first, sequence, annotation, segments = frames[depth]
     del frames[depth:]  # and any frame whose forward raised without its hook
     entry = _registry.get(module)
     backend = state.backend()
     if entry is None or backend is None:
         return None
+    recorder = state.recorder
     try:
-        state.recorder.end_span(backend, start, entry[1])
+        end = backend.graphs.node_count(graph)
     except Exception:
-        state.recorder.report_failure("reading the capture graph at a module's forward end")
+        recorder.report_failure("reading the capture graph at a module's forward end")
+    else:
+        recorder.add_span(graph_id, first, end, annotation)
+        if segments is not None:
+            for segment_first, segment_end in segments:
+                recorder.add_span(graph_id, segment_first, segment_end, annotation)
+        if frames and frames[-1][1] == graph:
+            frames[-1][3] = end
     if sequence is not None:
         claim_backward(output, sequence, entry[2])
     return None
@@ -100,19 +127,24 @@ def _sync_hooks() -> None:
                 _hooks.pop().remove()
 
 
-def _install_hooks() -> None:
-    import inspect
+_forward_hook_options: list = []  # register_module_forward_hook's keywords, read once
 
+
+def _install_hooks() -> None:
     import torch
     from torch.nn.modules import module as nn_module
 
     _torch_calls[:] = [torch.is_grad_enabled, torch._C._autograd._get_sequence_nr]
+    if not _forward_hook_options:
+        import inspect
+
+        extra = {}
+        if "always_call" in inspect.signature(nn_module.register_module_forward_hook).parameters:
+            extra["always_call"] = True  # keeps the open frames balanced when a forward raises
+        _forward_hook_options.append(extra)
 
     _hooks.append(nn_module.register_module_forward_pre_hook(_forward_pre_hook))
-    extra = {}
-    if "always_call" in inspect.signature(nn_module.register_module_forward_hook).parameters:
-        extra["always_call"] = True  # keeps the open frames balanced when a forward raises
-    _hooks.append(nn_module.register_module_forward_hook(_forward_hook, **extra))
+    _hooks.append(nn_module.register_module_forward_hook(_forward_hook, **_forward_hook_options[0]))
 
 
 class ModuleAnnotations:
