@@ -10,6 +10,13 @@ enabled figures are the no-backend path.
 With a GPU also: the added cost of a scope during capture (1 and 8 kernels per scope,
 relative to the same capture without scopes) and of resolving, recording the topology
 and remapping at capture end, per graph node.
+
+Replay: what ``install()``'s patched ``CUDAGraph.replay`` adds to a replay call outside
+a profiler session (a check of torch's profiler flag; target < 0.2 µs), measured on a
+class whose ``replay`` does nothing (so the call itself is all there is), patched as
+``install()`` patches torch's, replaying a recorded graph; and what it costs under an
+active CPU profiler (the ``cgfast.replay`` range). With a GPU also the same on a real
+``torch.cuda.CUDAGraph`` of one kernel.
 """
 
 from __future__ import annotations
@@ -34,6 +41,61 @@ def per_scope_us(repeat: int) -> float:
             ctx.__exit__(None, None, None)
         best = min(best, time.perf_counter() - start)
     return best / repeat * 1e6
+
+
+class CheapGraph:
+    """The methods ``install()`` patches, each doing nothing."""
+
+    def capture_begin(self):
+        pass
+
+    def capture_end(self):
+        pass
+
+    def raw_cuda_graph_exec(self):
+        return 0
+
+    def replay(self):
+        pass
+
+
+def per_replay_us(graph, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(5):
+        replay = graph.replay
+        start = time.perf_counter()
+        for _ in range(repeat):
+            replay()
+        best = min(best, time.perf_counter() - start)
+    return best / repeat * 1e6
+
+
+def replay_figures(graph, recorded: bool, repeat: int, prefix: str) -> dict:
+    """A replay call of ``graph`` unpatched, patched (outside and inside a profiler
+    session), and the patch's overhead outside one; ``graph``'s class is left unpatched."""
+    from cgfast.capture._graphs import _KEYS_ATTR, GraphKeys, patch_class, unpatch_class
+
+    cls = type(graph)
+    was_patched = "_cgfast_original_methods" in cls.__dict__
+    unpatch_class(cls)
+    out = {f"{prefix}_unpatched_us": per_replay_us(graph, repeat)}
+    patch_class(cls)
+    if recorded:
+        keys = GraphKeys(1, None)
+        keys.key_id = 2  # remapped to its executable graph, as after a capture
+        setattr(graph, _KEYS_ATTR, keys)
+    out[f"{prefix}_patched_us"] = per_replay_us(graph, repeat)
+    out[f"{prefix}_patch_overhead_us"] = out[f"{prefix}_patched_us"] - out[f"{prefix}_unpatched_us"]
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+            out[f"{prefix}_stamped_under_profiler_us"] = per_replay_us(graph, max(1, repeat // 100))
+    if not was_patched:
+        unpatch_class(cls)
+    return out
 
 
 def capture_seconds(torch, ops: int, ops_per_scope: int, scoped: bool, recording: bool) -> float:
@@ -79,12 +141,24 @@ def main() -> int:
     capture.install()
     results["enabled_not_capturing_installed_scope_us"] = per_scope_us(args.repeat)  # counts captures
     capture.disable_annotations()
+    results.update(replay_figures(CheapGraph(), True, args.repeat, "replay_noop"))
 
     try:
         import torch
     except ImportError:
         torch = None
     if torch is not None and torch.cuda.is_available() and capture.is_available():
+        y = torch.zeros(16, device="cuda")
+        g = torch.cuda.CUDAGraph()
+        with capture.graph(g):
+            y.add_(1)
+        torch.cuda.synchronize()
+        results.update(replay_figures(g, False, args.repeat // 10, "replay_gpu"))
+        keys = getattr(g, "_cgfast_keys", None)
+        if keys is not None:
+            results.update(replay_figures(g, True, args.repeat // 10, "replay_gpu_recorded"))
+        torch.cuda.synchronize()
+        capture.clear_kernel_annotations()
         x = torch.zeros(1024, device="cuda")
         x.add_(1)  # warm-up outside the capture
         torch.cuda.synchronize()

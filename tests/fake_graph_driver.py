@@ -240,6 +240,15 @@ class FakeGraphDriver:
             return None
         return CaptureState(fake_stream.capture.handle, [n.handle for n in fake_stream.frontier])
 
+    def capture_graph(self, stream: int) -> Optional[int]:
+        self._count("capture_graph")
+        fake_stream = self._objects[stream]
+        return fake_stream.capture.handle if fake_stream.capture is not None else None
+
+    def node_count(self, graph: int) -> int:
+        self._count("node_count")
+        return len(self._objects[graph].nodes)
+
     def root_nodes(self, graph: int) -> List[int]:
         self._count("root_nodes")
         return [n.handle for n in self._objects[graph].nodes if not n.deps]

@@ -19,15 +19,25 @@ def save_annotations(
     annotations: Annotations,
     *,
     graphs: Optional[Mapping[int, list]] = None,
+    stacks: Optional[Mapping[int, list]] = None,
 ) -> None:
     """Write ``annotations`` (node id -> list of dicts/strings) and, optionally, the
-    recorded graph topology to ``path`` atomically; gzip when the name ends in ``.gz``."""
-    _cgfast.write_annotations(os.fspath(path), annotations, graphs)
+    recorded graph topology and launch stacks (node id -> ``"file:line:function"``
+    frames, innermost first) to ``path`` atomically; gzip when the name ends in ``.gz``."""
+    if stacks:
+        _cgfast.write_annotations(os.fspath(path), annotations, graphs, {k: list(v) for k, v in stacks.items()})
+    else:
+        _cgfast.write_annotations(os.fspath(path), annotations, graphs)
 
 
 def load_annotations(path: "str | os.PathLike[str]") -> dict[int, list]:
     """Read node id -> annotations from a cgfast JSON file or a PyTorch pickle."""
     return _cgfast.read_annotations(os.fspath(path))[0]
+
+
+def load_stacks(path: "str | os.PathLike[str]") -> dict[int, list[str]]:
+    """Read the launch stacks (node id -> frames, innermost first) of an annotation file."""
+    return _cgfast.read_annotations(os.fspath(path))[2]
 
 
 def load_graphs(path: "str | os.PathLike[str]") -> dict[int, list[dict[str, Any]]]:

@@ -32,13 +32,22 @@ def summary_report(
     top: int = 3,
     jobs: Optional[int] = None,
     chart: Optional[PathLike] = None,
+    depth: Optional[int] = None,
+    group_layers: bool = False,
+    hierarchy: Optional[bool] = None,
 ) -> Dict[str, Any]:
     """The whole report as a dict, as ``cgfast summary --format json`` prints it (with
     ``replay_rows`` added when ``steps``). ``paths``: annotated traces, directories
     (searched for ``*.annotated.json[.gz]``) or glob patterns; ``chart``: also write a
-    ``.svg`` or ``.html`` chart there. Raises ``cgfast.TraceError`` naming every trace
-    that cannot be read."""
-    return _cgfast.summary_report(paths, by=by, steps=steps, top=top, jobs=jobs or 0, chart=chart)
+    ``.svg`` or ``.html`` chart there. ``depth``: roll values (module paths) up to their
+    first ``depth`` dotted segments; ``group_layers``: merge numbered siblings
+    (``model.layers.0.mlp`` and ``model.layers.1.mlp`` as ``model.layers.*.mlp``);
+    ``hierarchy``: draw the values' tree as an icicle in the chart (``None``, the default:
+    when ``by`` is ``"module"`` or values are rolled up; ``False``: never, bars only).
+    Raises ``cgfast.TraceError`` naming every trace that cannot be read."""
+    return _cgfast.summary_report(
+        paths, by=by, steps=steps, top=top, jobs=jobs or 0, chart=chart, depth=depth, group_layers=group_layers, hierarchy=hierarchy
+    )
 
 
 def summarize(
@@ -50,6 +59,9 @@ def summarize(
     jobs: Optional[int] = None,
     chart: Optional[PathLike] = None,
     frame: bool = False,
+    depth: Optional[int] = None,
+    group_layers: bool = False,
+    hierarchy: Optional[bool] = None,
 ) -> Union[List[Dict[str, Any]], "Any"]:
     """Rows of the summary of ``paths`` grouped by ``args[by]``, largest share first.
 
@@ -61,12 +73,15 @@ def summarize(
     ``attributed_us``, ``share`` (of the replay's busy time), ``replay_start_us``,
     ``replay_span_us``, ``replay_busy_us``.
 
+    ``depth``, ``group_layers`` and ``hierarchy`` roll the values up as module paths
+    and draw their tree, as in :func:`summary_report`.
+
     ``frame=True`` returns a pandas DataFrame of the rows instead (pandas is needed
     only then).
     """
     if frame:
         pandas = _pandas()
-    report = summary_report(paths, by, steps, top=top, jobs=jobs, chart=chart)
+    report = summary_report(paths, by, steps, top=top, jobs=jobs, chart=chart, depth=depth, group_layers=group_layers, hierarchy=hierarchy)
     rows = report["replay_rows"] if steps else report["rows"]
     return pandas.DataFrame(rows) if frame else rows
 

@@ -29,6 +29,7 @@ import os
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
 
 from cgfast.capture._graphs import graph, install, recording, remap_to_exec_graph, uninstall
+from cgfast.capture._modules import ModuleAnnotations, annotate_modules
 from cgfast.capture._scopes import (
     annotations_enabled,
     disable_annotations,
@@ -40,6 +41,8 @@ from cgfast.capture._scopes import (
 from cgfast.capture._state import state as _process_state
 
 __all__ = [
+    "ModuleAnnotations",
+    "annotate_modules",
     "annotations_enabled",
     "backend",
     "clear_kernel_annotations",
@@ -48,6 +51,7 @@ __all__ = [
     "enable_annotations",
     "get_graph_topology",
     "get_kernel_annotations",
+    "get_kernel_stacks",
     "graph",
     "install",
     "is_available",
@@ -90,6 +94,12 @@ def get_graph_topology() -> Dict[int, List[Dict[str, Any]]]:
     return _process_state.recorder.topology()
 
 
+def get_kernel_stacks() -> Dict[int, List[str]]:
+    """Node id -> the user frames that launched it (``file:line:function``, innermost
+    first), recorded with ``stacks=True`` (a new dict on every call)."""
+    return _process_state.recorder.stacks()
+
+
 def clear_kernel_annotations() -> None:
     """Forget every recorded annotation, pending scope and graph topology."""
     _process_state.recorder.clear()
@@ -105,12 +115,14 @@ def save_annotations(
     annotations: Optional[Mapping[int, list]] = None,
 ) -> None:
     """Write annotations in the trace processor's format (gzip for ``.gz``), atomically.
-    Without ``annotations``, the recorded ones and the recorded graph topology."""
+    Without ``annotations``, the recorded ones, graph topology and launch stacks."""
     from cgfast import annotations as annotation_files
 
     if annotations is None:
         recorder = _process_state.recorder
-        annotation_files.save_annotations(path, dict(recorder.annotations), graphs=recorder.topology())
+        annotation_files.save_annotations(
+            path, dict(recorder.annotations), graphs=recorder.topology(), stacks=recorder.stacks()
+        )
     else:
         annotation_files.save_annotations(path, annotations)
 

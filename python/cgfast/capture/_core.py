@@ -10,6 +10,7 @@ exec id -> next exec id) without touching any other graph's keys.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 import warnings
@@ -43,6 +44,23 @@ class ScopeStart(NamedTuple):
     entry_roots: FrozenSet[int]
 
 
+class SpanStart(NamedTuple):
+    """Where a span scope began: its graph and the local id of the next node."""
+
+    graph: int
+    graph_id: int
+    first: int
+
+
+class Span(NamedTuple):
+    """The nodes a span scope created: local ids ``first <= id < end`` of a graph
+    (local ids count a graph's nodes in creation order, so no walk is needed)."""
+
+    graph_id: int
+    first: int
+    end: int
+
+
 class TopologyNode(NamedTuple):
     local_id: int
     kind: str
@@ -57,7 +75,17 @@ class Recorder:
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
-        self._pending: List[Tuple[Annotation, List[int]]] = []
+        # (annotation, node ids) of walked scopes and (annotation, Span) of span scopes,
+        # in the order they exited (innermost first for nested scopes)
+        self._pending: List[Tuple[Annotation, Any]] = []
+        # graph id -> local ids of its annotatable nodes, once its capture has ended:
+        # what a span resolves against
+        self._annotatable_local_ids: Dict[int, List[int]] = {}
+        self._graph_ids: Dict[int, int] = {}  # capture graph handle -> its id
+        # launch stacks: (Span, frames) waiting for their graph's capture to end, and
+        # graph id -> local id -> frames (innermost first)
+        self._pending_stacks: List[Tuple[Span, Tuple[str, ...]]] = []
+        self._stacks: Dict[int, Dict[int, Tuple[str, ...]]] = {}
         self._annotations: Dict[int, List[Annotation]] = {}
         self.annotations: Mapping[int, List[Annotation]] = MappingProxyType(self._annotations)
         self._keys_by_graph: Dict[int, Set[int]] = {}
@@ -116,12 +144,78 @@ class Recorder:
             with self._lock:
                 self._pending.append((annotation, node_ids))
 
+    def begin_span(self, backend: Backend, stream: int) -> Optional[SpanStart]:
+        """Note the graph ``stream`` captures into and how many nodes it has. ``None``
+        outside a capture and inside conditional bodies (their ids are never remapped)."""
+        graphs = backend.graphs
+        graph = graphs.capture_graph(stream)
+        if graph is None:
+            return None
+        graph_id = self._graph_ids.get(graph)
+        if graph_id is None:
+            if self._capture_graphs and graph not in self._capture_graphs:
+                self.warn_once(
+                    "conditional body",
+                    "cgfast.capture: a scope inside the body of a CUDA graph conditional "
+                    "node (torch.cond / torch.while_loop) records nothing: the body is a "
+                    "separate graph whose node ids are never remapped to the executable graph",
+                )
+                return None
+            graph_id = self._graph_ids[graph] = backend.ids.graph_id(graph)
+        return SpanStart(graph, graph_id, graphs.node_count(graph))
+
+    def forget_graph_ids(self) -> None:
+        """Forget which id each graph handle has (a capture began or ended: a handle may
+        be reused by a new graph)."""
+        self._graph_ids.clear()
+
+    def is_capture_graph(self, graph: int) -> bool:
+        """Whether ``graph`` is the top-level graph of a capture being recorded."""
+        return graph in self._capture_graphs
+
+    def end_span(self, backend: Backend, start: SpanStart, annotation: Annotation) -> int:
+        """Record the nodes created since ``start``; returns the graph's node count now."""
+        end = backend.graphs.node_count(start.graph)
+        self.add_span(start.graph_id, start.first, end, annotation)
+        return end
+
+    def add_span(self, graph_id: int, first: int, end: int, annotation: Annotation) -> None:
+        """Record local ids ``first <= id < end`` of graph ``graph_id`` (nothing when empty)."""
+        if end > first:
+            with self._lock:
+                self._pending.append((annotation, Span(graph_id, first, end)))
+
+    def add_stack(self, span: Span, frames: Tuple[str, ...]) -> None:
+        """The nodes of ``span`` were launched from ``frames`` (innermost first)."""
+        with self._lock:
+            self._pending_stacks.append((span, frames))
+
+    def stacks(self) -> Dict[int, List[str]]:
+        """Node id -> launch frames of every resolved node (a new dict)."""
+        with self._lock:
+            return {
+                graph_id << 32 | local_id: list(frames)
+                for graph_id, by_local_id in self._stacks.items()
+                for local_id, frames in by_local_id.items()
+            }
+
+    def _resolve_stacks(self) -> None:
+        waiting = []
+        for span, frames in self._pending_stacks:
+            if span.graph_id not in self._annotatable_local_ids:
+                waiting.append((span, frames))
+                continue
+            by_local_id = self._stacks.setdefault(span.graph_id, {})
+            for node_id in self._span_node_ids(span):
+                by_local_id.setdefault(node_id & LOCAL_ID_MASK, frames)
+        self._pending_stacks = waiting
+
     def has_pending(self, graph_id: Optional[int] = None) -> bool:
         """Whether scopes wait to be resolved (that recorded nodes of ``graph_id``)."""
         with self._lock:
             if graph_id is None:
                 return bool(self._pending)
-            return any(node_ids[0] >> 32 == graph_id for _, node_ids in self._pending)
+            return any(_graph_of(nodes) == graph_id for _, nodes in self._pending)
 
     # -- captures -------------------------------------------------------------------
 
@@ -132,16 +226,63 @@ class Recorder:
     def capture_ended(self, graph: int) -> None:
         with self._lock:
             self._capture_graphs.discard(graph)
+            self._graph_ids.pop(graph, None)
+
+    def note_annotatable_nodes(self, backend: Backend, graph: int, graph_id: int) -> None:
+        """Read which local ids of ``graph`` (its capture over) are kernels, memcpys and
+        memsets, so that its spans can be resolved; ``record_topology`` does it too."""
+        graphs, ids = backend.graphs, backend.ids
+        nodes = graphs.nodes(graph)
+        local_ids = [
+            ids.node_id(node) & LOCAL_ID_MASK for node in nodes if graphs.node_type(node) in ANNOTATABLE_KINDS
+        ]
+        self.set_annotatable(graph_id, local_ids, len(nodes))
+
+    def set_annotatable(self, graph_id: int, local_ids: List[int], node_count: int) -> None:
+        local_ids.sort()
+        if local_ids and local_ids[-1] >= node_count:
+            # Local ids are not creation indices here: spans cannot be trusted.
+            self.warn_once(
+                "span ids",
+                f"cgfast.capture: graph {graph_id}'s node ids are not numbered in creation "
+                "order; module annotations of it are dropped",
+            )
+            local_ids = []
+        with self._lock:
+            self._annotatable_local_ids[graph_id] = local_ids
+
+    def forget_annotatable_nodes(self, graph_id: int) -> None:
+        with self._lock:
+            self._annotatable_local_ids.pop(graph_id, None)
+
+    def _span_node_ids(self, span: Span) -> List[int]:
+        local_ids = self._annotatable_local_ids[span.graph_id]
+        high = span.graph_id << 32
+        lo = bisect.bisect_left(local_ids, span.first)
+        hi = bisect.bisect_left(local_ids, span.end, lo)
+        return [high | local_id for local_id in local_ids[lo:hi]]
 
     def resolve(self) -> None:
         """Merge pending scopes into the registry: one dict per node and resolve, the
-        first recorded scope (the innermost) winning on common keys."""
+        first recorded scope (the innermost) winning on common keys. Scopes of a graph
+        with spans still waiting for its capture to end wait with them, so the order
+        in which nested scopes exited decides."""
         with self._lock:
+            if self._pending_stacks:
+                self._resolve_stacks()
             pending, self._pending = self._pending, []
             if not pending:
                 return
+            waiting = {
+                nodes.graph_id for _, nodes in pending
+                if type(nodes) is Span and nodes.graph_id not in self._annotatable_local_ids
+            }
+            if waiting:
+                self._pending = [entry for entry in pending if _graph_of(entry[1]) in waiting]
+                pending = [entry for entry in pending if _graph_of(entry[1]) not in waiting]
             per_node: Dict[int, List[Annotation]] = {}
-            for annotation, node_ids in pending:
+            for annotation, nodes in pending:
+                node_ids = self._span_node_ids(nodes) if type(nodes) is Span else nodes
                 for node_id in node_ids:
                     per_node.setdefault(node_id, []).append(annotation)
             for node_id, scopes in per_node.items():
@@ -178,6 +319,9 @@ class Recorder:
             topology = self._topology.pop(old_graph_id, None)
             if topology is not None:
                 self._topology[new_graph_id] = topology
+            stacks = self._stacks.pop(old_graph_id, None)
+            if stacks is not None:
+                self._stacks[new_graph_id] = stacks
 
     def drop_graphs(self, graph_ids: Iterable[int]) -> None:
         """Forget the annotations and topology of these graph ids."""
@@ -188,15 +332,26 @@ class Recorder:
                     self._annotations.pop(key, None)
                 self._topology.pop(graph_id, None)
             still_pending = []
-            for annotation, node_ids in self._pending:
-                kept = [node_id for node_id in node_ids if node_id >> 32 not in ids]
+            for annotation, nodes in self._pending:
+                if type(nodes) is Span:
+                    kept = nodes if nodes.graph_id not in ids else None
+                else:
+                    kept = [node_id for node_id in nodes if node_id >> 32 not in ids]
                 if kept:
                     still_pending.append((annotation, kept))
             self._pending = still_pending
+            for graph_id in ids:
+                self._annotatable_local_ids.pop(graph_id, None)
+                self._stacks.pop(graph_id, None)
+            self._pending_stacks = [entry for entry in self._pending_stacks if entry[0].graph_id not in ids]
 
     def clear(self) -> None:
         with self._lock:
             self._pending.clear()
+            self._pending_stacks.clear()
+            self._stacks.clear()
+            self._annotatable_local_ids.clear()
+            self._graph_ids.clear()
             self._annotations.clear()
             self._keys_by_graph.clear()
             self._topology.clear()
@@ -210,9 +365,13 @@ class Recorder:
         """One pass over ``graph``'s nodes: every annotatable node in local-id order with
         its kind, kernel launch and annotatable dependencies (through any other nodes)."""
         graphs, ids = backend.graphs, backend.ids
+        forget_function_names = getattr(graphs, "forget_function_names", None)
+        if forget_function_names is not None:
+            forget_function_names()
         local_ids: Dict[int, int] = {}
         kinds: Dict[int, int] = {}
-        for node in graphs.nodes(graph):
+        nodes = graphs.nodes(graph)
+        for node in nodes:
             node_type = graphs.node_type(node)
             if node_type not in ANNOTATABLE_KINDS:
                 continue
@@ -224,6 +383,7 @@ class Recorder:
                 )
             local_ids[node] = node_id & LOCAL_ID_MASK
             kinds[node] = node_type
+        self.set_annotatable(graph_id, list(local_ids.values()), len(nodes))
         through = _DependencyCollapser(graphs, local_ids)
         entries = []
         for node in sorted(local_ids, key=local_ids.__getitem__):
@@ -270,6 +430,11 @@ class Recorder:
         self._failures_reported += 1
         level = logging.WARNING if self._failures_reported == 1 else logging.DEBUG
         logger.log(level, "cgfast.capture: %s failed; its annotations are dropped", what, exc_info=True)
+
+
+def _graph_of(nodes: Any) -> int:
+    """The graph id of a pending scope's nodes (a Span, or sorted node ids)."""
+    return nodes.graph_id if type(nodes) is Span else nodes[0] >> 32
 
 
 def _merge_innermost_first(scopes: List[Annotation]) -> Annotation:

@@ -112,11 +112,19 @@ def _finish_capture(backend: Backend, keys: GraphKeys) -> None:
     keys.capture_graph = None
     recorder = state.recorder
     recorder.capture_ended(graph)
-    recorder.resolve()
     try:
+        # Also tells which local ids are kernels, memcpys and memsets: what spans need.
         recorder.record_topology(backend, graph, keys.capture_id)
     except Exception:
         recorder.report_failure("recording the topology of a captured graph")
+        recorder.forget_annotatable_nodes(keys.capture_id)
+        try:
+            recorder.note_annotatable_nodes(backend, graph, keys.capture_id)
+        except Exception:
+            recorder.report_failure("reading the nodes of a captured graph")
+            recorder.set_annotatable(keys.capture_id, [], 0)  # its spans resolve to nothing
+    recorder.resolve()
+    recorder.forget_annotatable_nodes(keys.capture_id)
 
 
 def _remap(backend: Backend, cuda_graph: Any, keys: GraphKeys) -> None:
@@ -216,15 +224,62 @@ def _wrapped(name: str, original):
 
         wrapper = instantiate
     else:
+        profiler = _profiler_flag()
 
-        def replay(self, *args, **kwargs):
-            original(self, *args, **kwargs)
+        # no *args: packing them would cost more than the rest (torch's replay takes none)
+        def replay(self):
+            if profiler._is_profiler_enabled:
+                return stamped_replay(self, original)
+            original(self)
             keys = getattr(self, _KEYS_ATTR, None)
             if keys is not None and keys.key_id == keys.capture_id:
                 on_instantiated(self)  # instantiated inside replay
 
         wrapper = replay
     return functools.wraps(original)(wrapper)
+
+
+def _profiler_flag() -> Any:
+    """What says, in one attribute read, whether a profiler session is active:
+    ``torch.autograd.profiler`` (its ``_is_profiler_enabled``, set by every profiler
+    session since torch 2.1), else an object asking the profiler itself."""
+    import torch.autograd.profiler as profiler
+
+    if isinstance(getattr(profiler, "_is_profiler_enabled", None), bool):
+        return profiler
+
+    class _Asking:
+        @property
+        def _is_profiler_enabled(self) -> bool:
+            import torch
+
+            return bool(torch._C._autograd._profiler_enabled())
+
+    return _Asking()
+
+
+def stamp_name(exec_id: int) -> str:
+    """The profiler range a recorded graph's replays run in (``cgfast annotate`` reads
+    it to tell graphs of identical kernels apart)."""
+    return f"cgfast.replay {exec_id}"
+
+
+def stamped_replay(cuda_graph: Any, original) -> Any:
+    """Replay ``cuda_graph`` inside a ``cgfast.replay <exec id>`` profiler range (only
+    graphs whose annotations are recorded: their executable id is known)."""
+    keys = getattr(cuda_graph, _KEYS_ATTR, None)
+    if keys is not None and keys.key_id == keys.capture_id:
+        # not remapped yet: a keep_graph graph that replay would instantiate (torch <= 2.14)
+        if not _has_exec(cuda_graph) and hasattr(cuda_graph, "instantiate"):
+            cuda_graph.instantiate()
+        else:
+            on_instantiated(cuda_graph)
+    if keys is None or keys.key_id == keys.capture_id:
+        return original(cuda_graph)
+    import torch
+
+    with torch.autograd.profiler.record_function(stamp_name(keys.key_id)):
+        return original(cuda_graph)
 
 
 def patch_class(cls: type) -> bool:
@@ -292,7 +347,12 @@ def install() -> bool:
     over), not in captures begun outside it (a raw ``cudaStreamBeginCapture``): for
     those, :func:`uninstall` and remap with :func:`remap_to_exec_graph`."""
     cls = _torch_graph_class()
-    return cls is not None and patch_class(cls)
+    if cls is None or not patch_class(cls):
+        return False
+    from cgfast.capture import _torch_api
+
+    _torch_api.install()  # torch's own mark_kernels, recorded where torch cannot
+    return True
 
 
 def uninstall() -> None:
@@ -300,6 +360,9 @@ def uninstall() -> None:
     cls = _torch_graph_class()
     if cls is not None:
         unpatch_class(cls)
+    from cgfast.capture import _torch_api
+
+    _torch_api.uninstall()
 
 
 class recording:
@@ -308,20 +371,30 @@ class recording:
     recorded, resolved at capture end and remapped after instantiation. Nothing recorded
     earlier is cleared; warm-up runs outside a capture record nothing."""
 
-    __slots__ = ("_previous",)
+    __slots__ = ("_previous", "_stacks", "_stack_filter_paths")
 
-    def __init__(self) -> None:
+    def __init__(self, *, stacks: bool = False, stack_filter_paths=None) -> None:
         self._previous = []
+        self._stacks = stacks  # also record each node's launch frames (see annotate_modules)
+        self._stack_filter_paths = stack_filter_paths
 
     def __enter__(self) -> "recording":
         self._previous.append(state.enabled)
         state.enabled = True
         state.backend()  # choose the id source now, before any capture is under way
         install()
+        if self._stacks:
+            from cgfast.capture import _stacks
+
+            _stacks.request(self, self._stack_filter_paths)
         return self
 
     def __exit__(self, exc_type, exc, traceback) -> bool:
         state.enabled = self._previous.pop()
+        if self._stacks:
+            from cgfast.capture import _stacks
+
+            _stacks.release(self)
         return False
 
 

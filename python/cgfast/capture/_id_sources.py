@@ -16,6 +16,7 @@ import ctypes
 import glob
 import importlib.util
 import os
+import threading
 from typing import List, Optional
 
 from cgfast.capture._libcuda import ProbeGraph
@@ -108,6 +109,7 @@ class CuptiIdSource:
             fn.restype = ctypes.c_int
         self.path = path
         self.description = f"cupti: {path}"
+        self._scratch = threading.local()
 
     @staticmethod
     def _value(call: str, code: int, out) -> int:
@@ -116,8 +118,16 @@ class CuptiIdSource:
         return out.value
 
     def node_id(self, node: int) -> int:
-        out = ctypes.c_uint64()
-        return self._value("cuptiGetGraphNodeId", self._node_id(node, ctypes.byref(out)), out)
+        # asked once per node at capture end: a per-thread out-parameter made once
+        scratch = self._scratch
+        out = getattr(scratch, "node_id", None)
+        if out is None:
+            value = ctypes.c_uint64()
+            out = scratch.node_id = (value, ctypes.byref(value))
+        code = self._node_id(node, out[1])
+        if code:
+            self._value("cuptiGetGraphNodeId", code, out[0])
+        return out[0].value
 
     def graph_id(self, graph: int) -> int:
         out = ctypes.c_uint32()

@@ -73,6 +73,12 @@ class GraphDriver(Protocol):
     def capture_state(self, stream: int) -> Optional[CaptureState]:
         """The capture ``stream`` is adding to, or ``None`` when it is not capturing."""
 
+    def capture_graph(self, stream: int) -> Optional[int]:
+        """The graph ``stream`` captures into (``None`` when it is not capturing)."""
+
+    def node_count(self, graph: int) -> int:
+        """How many nodes ``graph`` has: the local id its next node will get."""
+
     def root_nodes(self, graph: int) -> List[int]:
         """Nodes of ``graph`` without dependencies."""
 

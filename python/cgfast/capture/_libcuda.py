@@ -10,6 +10,7 @@ back to the older version on drivers that lack the newer one.
 from __future__ import annotations
 
 import ctypes
+import threading
 from contextlib import contextmanager
 from typing import Iterator, List, NamedTuple, Optional
 
@@ -21,6 +22,9 @@ _NODE_ARRAY = ctypes.POINTER(ctypes.c_void_p)
 
 CAPTURE_STATUS_ACTIVE = 1
 _EDGE_DATA_SIZE = 8  # sizeof(CUgraphEdgeData)
+_SMALL_LIST = 8  # most nodes have at most this many edges
+_SmallNodes = ctypes.c_void_p * _SMALL_LIST
+_SmallEdges = ctypes.c_uint8 * (_EDGE_DATA_SIZE * _SMALL_LIST)
 
 
 class CudaError(RuntimeError):
@@ -108,6 +112,28 @@ class LibcudaGraphs:
         name_out = [ctypes.POINTER(ctypes.c_char_p), _c_void_p]
         self._function_name = self._optional("cuFuncGetName", name_out)
         self._kernel_name = self._optional("cuKernelGetName", name_out)
+        # Queries made once per module boundary or per node: per-thread out-parameters
+        # made once, and a name per function handle read once per graph walk (a model
+        # launches few distinct functions many times; a handle may be reused once its
+        # module is unloaded, so names are not kept across walks).
+        self._scratch = threading.local()
+        self._names: dict = {}
+
+    def forget_function_names(self) -> None:
+        """A new walk over a graph begins: function handles may have been reused."""
+        self._names = {}
+
+    def _scratch_space(self):
+        space = getattr(self._scratch, "space", None)
+        if space is None:
+            count = _c_size_t()
+            node_type = ctypes.c_int()
+            params = _KernelNodeParams()
+            space = self._scratch.space = (
+                count, ctypes.byref(count), _SmallNodes(), _SmallEdges(),
+                node_type, ctypes.byref(node_type), params, ctypes.byref(params),
+            )
+        return space
 
     @classmethod
     def load(cls) -> "LibcudaGraphs":
@@ -148,6 +174,25 @@ class LibcudaGraphs:
             return None
         return CaptureState(graph.value, [deps[i] for i in range(count.value)])
 
+    def capture_graph(self, stream: int) -> Optional[int]:
+        """The graph ``stream`` captures into, without reading its frontier."""
+        status = ctypes.c_int()
+        graph = _c_void_p()
+        if self._capture_info_name.endswith("_v3"):
+            code = self._capture_info(stream, ctypes.byref(status), None, ctypes.byref(graph), None, None, None)
+        else:
+            code = self._capture_info(stream, ctypes.byref(status), None, ctypes.byref(graph), None, None)
+        self._check(self._capture_info_name, code)
+        return graph.value if status.value == CAPTURE_STATUS_ACTIVE else None
+
+    def node_count(self, graph: int) -> int:
+        count, count_ref = self._scratch_space()[:2]
+        count.value = 0
+        code = self._nodes(graph, None, count_ref)
+        if code:
+            self._check("cuGraphGetNodes", code)
+        return count.value
+
     def root_nodes(self, graph: int) -> List[int]:
         return self._graph_nodes("cuGraphGetRootNodes", self._root_nodes, graph)
 
@@ -161,18 +206,23 @@ class LibcudaGraphs:
         return self._node_list("cuGraphNodeGetDependencies", self._dependencies, self._dependencies_have_edges, node)
 
     def node_type(self, node: int) -> int:
-        node_type = ctypes.c_int()
-        self._check("cuGraphNodeGetType", self._node_type(node, ctypes.byref(node_type)))
-        return node_type.value
+        space = self._scratch_space()
+        code = self._node_type(node, space[5])
+        if code:
+            self._check("cuGraphNodeGetType", code)
+        return space[4].value
 
     def kernel_launch(self, node: int) -> KernelLaunch:
-        params = _KernelNodeParams()
-        self._check("cuGraphKernelNodeGetParams", self._kernel_params(node, ctypes.byref(params)))
+        space = self._scratch_space()
+        params = space[6]
+        code = self._kernel_params(node, space[7])
+        if code:
+            self._check("cuGraphKernelNodeGetParams", code)
         name = None
         if params.func and self._function_name is not None:
-            name = self._name_of(self._function_name, params.func)
+            name = self._function_name_of(False, params.func)
         elif params.kern and self._kernel_name is not None:
-            name = self._name_of(self._kernel_name, params.kern)
+            name = self._function_name_of(True, params.kern)
         return KernelLaunch(
             name,
             (params.gridDimX, params.gridDimY, params.gridDimZ),
@@ -180,6 +230,15 @@ class LibcudaGraphs:
         )
 
     # -- helpers --------------------------------------------------------------------
+
+    def _function_name_of(self, is_kernel: bool, handle: int) -> Optional[str]:
+        key = (is_kernel, handle)
+        try:
+            return self._names[key]
+        except KeyError:
+            getter = self._kernel_name if is_kernel else self._function_name
+            name = self._names[key] = self._name_of(getter, handle)
+            return name
 
     @staticmethod
     def _name_of(getter, handle: int) -> Optional[str]:
@@ -203,7 +262,14 @@ class LibcudaGraphs:
         # Most nodes have a few edges: ask with a small buffer and grow only when it
         # came back full (the driver fills at most the capacity it is given). Edge data
         # is asked for too, else edges with non-default data fail as a lossy query.
-        capacity = 8
+        count, count_ref, buffer, edges = self._scratch_space()[:4]
+        count.value = _SMALL_LIST
+        code = fn(node, buffer, edges, count_ref) if with_edges else fn(node, buffer, count_ref)
+        if code:
+            self._check(call, code)
+        if count.value < _SMALL_LIST:
+            return buffer[: count.value]
+        capacity = _SMALL_LIST * 4
         while True:
             buffer = (_c_void_p * capacity)()
             count = _c_size_t(capacity)

@@ -37,12 +37,15 @@ class mark_kernels:
     scope wins on common keys.
     """
 
-    __slots__ = ("_annotation", "_start", "_backend")
+    __slots__ = ("_annotation", "_start", "_backend", "_backward")
 
-    def __init__(self, annotation: AnnotationLike) -> None:
+    def __init__(self, annotation: AnnotationLike, *, backward: bool = False) -> None:
         self._annotation = _as_annotation(annotation)
         self._start = None
         self._backend = None
+        # backward=True: also the backward of autograd nodes made inside (torch >= 2.14),
+        # with "autograd_phase": "backward"; while open, True means "entered"
+        self._backward = backward
 
     def __enter__(self) -> "mark_kernels":
         if not state.enabled or state.no_capture_in_progress():
@@ -64,6 +67,10 @@ class mark_kernels:
             self._backend = backend
             # Snapshot: the caller may reuse or change its dict after the scope.
             self._annotation = dict(self._annotation)
+            if self._backward:
+                from cgfast.capture._backward import enter_backward_scope
+
+                self._backward = enter_backward_scope(self._annotation) or None
         return self
 
     def __exit__(self, exc_type, exc, traceback) -> bool:
@@ -71,6 +78,12 @@ class mark_kernels:
         if start is None:
             return False
         backend, self._start, self._backend = self._backend, None, None
+        if self._backward is None:
+            self._backward = True  # entered on a torch without node creation hooks
+        elif self._backward:
+            from cgfast.capture._backward import exit_backward_scope
+
+            exit_backward_scope()
         if exc_type is not None:
             return False  # the capture is failing; what it added is not worth keying
         try:

@@ -49,6 +49,8 @@ class State:
         self.captures_in_progress = 0
         # A capture that began before the patches (its end is still seen by them).
         self.uncounted_capture = False
+        # called after each count change (annotate_modules hooks modules only meanwhile)
+        self.capture_listeners: List = []
         self._count_lock = threading.Lock()
         self._selected = False
         self._backend: Optional[Backend] = None
@@ -59,10 +61,19 @@ class State:
     def capture_began(self) -> None:
         with self._count_lock:
             self.captures_in_progress += 1
+        self._tell_listeners()
 
     def capture_over(self) -> None:
         with self._count_lock:
             self.captures_in_progress = max(0, self.captures_in_progress - 1)
+        self._tell_listeners()
+
+    def _tell_listeners(self) -> None:
+        for listener in self.capture_listeners:
+            try:
+                listener()
+            except Exception:  # never break the capture itself
+                self.recorder.report_failure("updating annotation hooks at a capture's begin or end")
 
     def no_capture_in_progress(self) -> bool:
         """True only when every capture goes through a patched class and none is open."""

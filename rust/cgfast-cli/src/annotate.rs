@@ -49,6 +49,10 @@ pub struct Args {
     /// run of a replay's events on a lane sharing a prefix of its value); `none`: no spans.
     #[arg(long, default_value = cgfast_core::pipeline::DEFAULT_SPANS, value_name = "KEY")]
     spans: String,
+    /// Recover node ids by the recorded topology alone: ignore `cgfast.replay` stamps
+    /// and leave replays that several graphs fit unannotated, even where all agree.
+    #[arg(long)]
+    topology_only: bool,
     /// gzip level of a .gz output (0-9).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=9))]
     gzip_level: u32,
@@ -76,6 +80,7 @@ impl Args {
             },
             gzip_level: self.gzip_level,
             spans: (self.spans != "none").then(|| self.spans.clone()),
+            topology_only: self.topology_only,
         }
     }
 
@@ -168,6 +173,19 @@ fn print_summary(r: &Report, annotations: &Path, verbose: bool) {
                 ),
             );
         }
+    }
+    if rec.stamped_replays + rec.equivalent_replays + rec.unknown_stamps + rec.unfit_stamps + rec.malformed_stamps > 0 {
+        line(
+            "exact replays",
+            format!(
+                "{} stamped, {} equivalent; stamps not trusted: {} of an unknown graph, {} unfit, {} malformed",
+                thousands(rec.stamped_replays),
+                thousands(rec.equivalent_replays),
+                thousands(rec.unknown_stamps),
+                thousands(rec.unfit_stamps),
+                thousands(rec.malformed_stamps)
+            ),
+        );
     }
     line("annotated", thousands(r.annotated));
     line("noise removed", thousands(r.noise_removed));

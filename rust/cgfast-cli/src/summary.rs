@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use cgfast_core::inputs::{self, Wanted};
+use cgfast_core::summary::hierarchy::Hierarchy;
 use cgfast_core::summary::{chart, summarize_files, Options};
 
 use crate::files_progress::Files;
@@ -44,6 +45,21 @@ pub struct Args {
     /// Never show a progress bar.
     #[arg(long)]
     no_progress: bool,
+    /// Roll values (module paths) up to their first N dotted segments:
+    /// model.layers.3.mlp is model.layers at --depth 2.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    depth: Option<u32>,
+    /// Merge numbered siblings: model.layers.0.mlp and model.layers.1.mlp count as
+    /// model.layers.*.mlp.
+    #[arg(long)]
+    group_layers: bool,
+    /// Draw the values' hierarchy as an icicle in the --chart (the default with --by
+    /// module, --depth and --group-layers).
+    #[arg(long)]
+    hierarchy: bool,
+    /// Never draw the icicle: the --chart has the bars only.
+    #[arg(long, conflicts_with = "hierarchy")]
+    no_hierarchy: bool,
 }
 
 /// Inputs this large show a progress bar (on a terminal).
@@ -59,8 +75,13 @@ pub fn run(args: Args) -> Result<(), String> {
             return Err(format!("{}: the chart must be a .svg or .html file", chart.display()));
         }
     }
+    if args.hierarchy && args.chart.is_none() {
+        return Err("--hierarchy draws the hierarchy in a chart: give --chart out.html (or .svg)".into());
+    }
+    let tree = if args.hierarchy { Some(true) } else if args.no_hierarchy { Some(false) } else { None };
+    let hierarchy = Hierarchy::new(&args.by, args.depth.map(|d| d as usize), args.group_layers, tree);
     let traces = inputs::find(&args.traces, Wanted::Annotated)?;
-    let options = Options { by: args.by.clone(), steps: args.steps, top: args.top };
+    let options = Options { by: args.by.clone(), steps: args.steps, top: args.top, hierarchy };
     let progress = Files::new("reading", &traces, !args.no_progress, LARGE);
     let (summary, failures) = summarize_files(&traces, &options, args.jobs.unwrap_or(0) as usize, &progress);
     progress.clear();

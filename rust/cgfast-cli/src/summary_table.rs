@@ -103,6 +103,16 @@ pub fn print_table(summary: &Summary, rows: &[Row]) {
     let t = summary.totals();
     let traces = if t.traces == 1 { "1 trace".to_string() } else { format!("{} traces", t.traces) };
     let _ = writeln!(out, "cgfast summary by args.{}: {traces}, {} graphed kernels in {} replays", summary.by, thousands(t.kernels), thousands(t.replays));
+    if summary.hierarchy.rolls_up() {
+        let mut how = Vec::new();
+        if let Some(depth) = summary.hierarchy.depth {
+            how.push(format!("rolled up to their first {depth} dotted segment{}", if depth == 1 { "" } else { "s" }));
+        }
+        if summary.hierarchy.group_layers {
+            how.push("numbered layers merged as *".to_string());
+        }
+        let _ = writeln!(out, "  values         {}", how.join("; "));
+    }
     let _ = writeln!(out, "  busy           {} ms of GPU time (overlapping kernels counted once; kernel time {} ms)", ms(t.busy_us), ms(t.total_us));
     let _ = writeln!(
         out,
@@ -113,6 +123,14 @@ pub fn print_table(summary: &Summary, rows: &[Row]) {
     );
     if t.ungraphed_kernels > 0 {
         let _ = writeln!(out, "  not graphed    {} kernels, {} ms (not counted)", thousands(t.ungraphed_kernels), ms(t.ungraphed_us));
+    }
+    if t.unresolved_kernels > 0 {
+        let _ = writeln!(
+            out,
+            "  unresolved     {} of them graph-launched, {} ms: their replay was ambiguous or matched no recorded graph, so they carry no node id or annotation",
+            thousands(t.unresolved_kernels),
+            ms(t.unresolved_us)
+        );
     }
     if t.unusable_events > 0 {
         let _ = writeln!(out, "  unusable       {} graphed events without a numeric ts and dur (not counted)", thousands(t.unusable_events));

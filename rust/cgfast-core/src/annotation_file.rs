@@ -8,7 +8,8 @@
 //! ```
 //! A node of `graphs` is `[local_id, kind, name_index, dep_local_ids, grid, block]`
 //! with kind 0 = kernel, 1 = memcpy, 2 = memset; `name_index` is -1 and `grid`/`block`
-//! are null where the node has none.
+//! are null where the node has none. An optional `"stacks": {"8589934592":
+//! ["model.py:10:forward", "train.py:3:step"]}` gives nodes' launch frames, innermost first.
 
 use std::collections::BTreeMap;
 
@@ -59,7 +60,7 @@ fn from_document(document: Value) -> Result<Annotations, String> {
     };
     let is_cgfast = entries.iter().any(|(k, v)| k.as_str() == Some("format") && v.as_str() == Some(FORMAT));
     if !is_cgfast {
-        return Ok(Annotations { nodes: node_map(entries)?, graphs: BTreeMap::new() });
+        return Ok(Annotations { nodes: node_map(entries)?, ..Default::default() });
     }
     let mut out = Annotations::default();
     for (key, value) in entries {
@@ -73,6 +74,7 @@ fn from_document(document: Value) -> Result<Annotations, String> {
                 _ => return Err("\"annotations\" is not an object".into()),
             },
             Some("graphs") => out.graphs = graphs(value)?,
+            Some("stacks") => out.stacks = stacks(value)?,
             _ => {}
         }
     }
@@ -95,6 +97,31 @@ fn node_map(entries: Vec<(Value, Value)>) -> Result<HashMap<NodeId, Vec<Item>>, 
         nodes.insert(node, items);
     }
     Ok(nodes)
+}
+
+fn stacks(value: Value) -> Result<HashMap<NodeId, Vec<String>>, String> {
+    let Value::Dict(entries) = value else {
+        return Err("\"stacks\" is not an object".into());
+    };
+    let mut out = HashMap::with_capacity_and_hasher(entries.len(), Default::default());
+    for (key, frames) in entries {
+        let node = key
+            .as_str()
+            .and_then(|s| s.trim().parse::<NodeId>().ok())
+            .ok_or_else(|| format!("stacks: key {} is not a node id (an integer)", key_text(&key)))?;
+        let frames = match frames {
+            Value::List(frames) => frames
+                .into_iter()
+                .map(|f| match f {
+                    Value::Str(f) => Ok(f),
+                    other => Err(format!("stacks: node {node}: a frame is {}, not a string", other.py_str())),
+                })
+                .collect::<Result<Vec<String>, String>>()?,
+            other => return Err(format!("stacks: node {node}: expected a list of frames, found {}", other.py_str())),
+        };
+        out.insert(node, frames);
+    }
+    Ok(out)
 }
 
 fn key_text(key: &Value) -> String {
@@ -214,6 +241,20 @@ pub fn to_json(annotations: &Annotations) -> Result<String, String> {
         }
         out.push('}');
     }
+    if !annotations.stacks.is_empty() {
+        out.push_str(", \"stacks\": {");
+        let mut ids: Vec<&NodeId> = annotations.stacks.keys().collect();
+        ids.sort_unstable();
+        for (i, id) in ids.into_iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            out.push_str(&format!("\"{id}\": "));
+            let frames = Value::List(annotations.stacks[id].iter().map(|f| Value::Str(f.clone())).collect());
+            json_value::write(&frames, &mut out);
+        }
+        out.push('}');
+    }
     out.push_str("}\n");
     Ok(out)
 }
@@ -301,6 +342,21 @@ mod tests {
         let b = from_document(json_value::parse(text.as_bytes()).unwrap()).unwrap();
         assert_eq!(b.nodes, a.nodes);
         assert_eq!(b.graphs, a.graphs);
+    }
+
+    #[test]
+    fn stacks_round_trip_and_bad_ones_are_refused() {
+        let mut a = sample();
+        a.stacks.insert(8589934592, vec!["model.py:10:forward".into(), "train.py:3:step".into()]);
+        let text = to_json(&a).unwrap();
+        assert!(text.contains("\"stacks\": {\"8589934592\": [\"model.py:10:forward\", \"train.py:3:step\"]}"));
+        let b = read_bytes(text.as_bytes()).unwrap();
+        assert_eq!(b.stacks, a.stacks);
+        assert!(!to_json(&sample()).unwrap().contains("stacks"));
+        let bad = br#"{"format": "cgfast-annotations", "version": 1, "annotations": {}, "stacks": {"x": []}}"#;
+        assert!(read_bytes(bad).unwrap_err().contains("stacks: key"));
+        let bad = br#"{"format": "cgfast-annotations", "version": 1, "annotations": {}, "stacks": {"1": [3]}}"#;
+        assert!(read_bytes(bad).unwrap_err().contains("not a string"));
     }
 
     #[test]

@@ -148,7 +148,14 @@ pub struct Annotations {
     pub nodes: HashMap<NodeId, Vec<Item>>,
     /// Executable graph id -> its annotatable nodes in local-id order.
     pub graphs: BTreeMap<u32, Vec<GraphNode>>,
+    /// Node id -> the Python frames that launched it (`file:line:function`, innermost
+    /// first); written to annotated events as `args["launch"]` and `args["launch_stack"]`.
+    pub stacks: HashMap<NodeId, Vec<String>>,
 }
+
+/// The args keys a launch stack writes: its innermost frame, and all of it, one frame a line.
+pub const LAUNCH_KEY: &str = "launch";
+pub const LAUNCH_STACK_KEY: &str = "launch_stack";
 
 impl Annotations {
     /// The annotations of the nodes in `used`, resolved; other nodes' are not looked at
@@ -160,7 +167,12 @@ impl Annotations {
                 continue;
             }
             if let Some(items) = self.nodes.get(&node) {
-                out.insert(node, resolve(node, items)?);
+                let mut resolved = resolve(node, items)?;
+                if let Some(frames) = self.stacks.get(&node).filter(|frames| !frames.is_empty()) {
+                    resolved.writes.push((LAUNCH_KEY.into(), frames[0].clone()));
+                    resolved.writes.push((LAUNCH_STACK_KEY.into(), frames.join("\n")));
+                }
+                out.insert(node, resolved);
             }
         }
         Ok(out)
@@ -168,13 +180,18 @@ impl Annotations {
 
     /// Every key an annotation may write into `args`.
     pub fn write_keys(&self) -> impl Iterator<Item = &str> {
-        self.nodes.values().flatten().flat_map(|item| {
-            let keys: Box<dyn Iterator<Item = &str>> = match item {
-                Item::Dict(entries) => Box::new(entries.iter().map(|(k, _)| k.as_str())),
-                Item::Other(_) => Box::new(std::iter::once("annotation")),
-            };
-            keys
-        })
+        let launch: &[&str] = if self.stacks.is_empty() { &[] } else { &[LAUNCH_KEY, LAUNCH_STACK_KEY] };
+        self.nodes
+            .values()
+            .flatten()
+            .flat_map(|item| {
+                let keys: Box<dyn Iterator<Item = &str>> = match item {
+                    Item::Dict(entries) => Box::new(entries.iter().map(|(k, _)| k.as_str())),
+                    Item::Other(_) => Box::new(std::iter::once("annotation")),
+                };
+                keys
+            })
+            .chain(launch.iter().copied())
     }
 }
 
@@ -197,6 +214,24 @@ mod tests {
         assert_eq!(r.stream, Some(61));
         let writes: Vec<(&str, &str)> = r.writes.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         assert_eq!(writes, [("name", "inner"), ("stream", "61"), ("annotation", "label"), ("layer", "3"), ("w", "0.5")]);
+    }
+
+    #[test]
+    fn launch_stacks_write_their_innermost_frame_and_the_whole_stack() {
+        let mut a = Annotations::default();
+        a.nodes.insert(5, vec![Item::Dict(vec![("module".into(), s("layer1"))])]);
+        a.nodes.insert(6, vec![Item::Dict(vec![("module".into(), s("fc"))])]);
+        a.stacks.insert(5, vec!["model.py:10:forward".into(), "train.py:3:step".into()]);
+        a.stacks.insert(7, vec!["model.py:99:forward".into()]); // no annotation: nothing
+        let r = a.resolve_used([5, 6, 7]).unwrap();
+        let writes: Vec<(&str, &str)> = r[&5].writes.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(writes, [("module", "layer1"), ("launch", "model.py:10:forward"), ("launch_stack", "model.py:10:forward\ntrain.py:3:step")]);
+        assert_eq!(r[&6].writes.len(), 1);
+        assert!(!r.contains_key(&7));
+        let keys: Vec<&str> = a.write_keys().collect();
+        assert!(keys.contains(&"launch") && keys.contains(&"launch_stack"));
+        a.stacks.clear();
+        assert!(!a.write_keys().any(|k| k == "launch"));
     }
 
     #[test]

@@ -113,7 +113,8 @@ impl Chunks {
         if gzip && start != 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "a gzip stream is read from its start"));
         }
-        let read = Arc::new(AtomicU64::new(0));
+        // counts from `start`, so that progress is an offset in the file
+        let read = Arc::new(AtomicU64::new(start));
         let mut inner = File::open(path)?;
         if start != 0 {
             use std::io::{Seek, SeekFrom};

@@ -32,6 +32,8 @@ pub struct Options {
     pub gzip_level: u32,
     /// The dotted annotation key whose scopes get spans ([`crate::spans`]); `None`: no spans.
     pub spans: Option<String>,
+    /// Recover by the recorded topology alone: no replay stamps, no equivalent replays.
+    pub topology_only: bool,
 }
 
 /// The key whose scopes get spans unless told otherwise.
@@ -39,7 +41,7 @@ pub const DEFAULT_SPANS: &str = "module";
 
 impl Default for Options {
     fn default() -> Self {
-        Options { default_stream: 7, overlap_stream: 8, max_adjust_us: 1.0, recover: Recover::Auto, gzip_level: 3, spans: Some(DEFAULT_SPANS.into()) }
+        Options { default_stream: 7, overlap_stream: 8, max_adjust_us: 1.0, recover: Recover::Auto, gzip_level: 3, spans: Some(DEFAULT_SPANS.into()), topology_only: false }
     }
 }
 
@@ -142,7 +144,7 @@ pub fn annotate_file(
     mark("scanned");
     give_back_freed_memory();
     mark("trimmed");
-    let recovery = recover::recover(&mut index, annotations, options.recover);
+    let recovery = recover::recover_with(&mut index, annotations, options.recover, !options.topology_only);
     mark("recovered");
     let used = index.events.iter().filter_map(|e| match e.current_node() {
         crate::trace::Node::Id(n) => Some(n),
@@ -479,6 +481,19 @@ impl Report {
         });
         if let Some(spans) = self.spans {
             v["spans"] = spans.into();
+        }
+        if r.exact {
+            let exact = serde_json::json!({
+                "stamped_replays": r.stamped_replays,
+                "equivalent_replays": r.equivalent_replays,
+                "unknown_stamps": r.unknown_stamps,
+                "unfit_stamps": r.unfit_stamps,
+                "malformed_stamps": r.malformed_stamps,
+                "base_name_replays": r.base_name_replays,
+            });
+            for (k, value) in exact.as_object().expect("an object") {
+                v["recovery"][k] = value.clone();
+            }
         }
         if with_overlaps {
             v["overlaps"] = self

@@ -250,6 +250,16 @@ fn dims(buf: &[u8], s: Option<Scalar>) -> Option<[u32; 3]> {
     (n == 3).then_some(out)
 }
 
+/// Whether a CPU range's name starts like a replay stamp's.
+#[inline(never)]
+fn names_a_stamp(buf: &[u8], name: Option<Scalar>) -> bool {
+    match name {
+        Some(Scalar::Str(span)) if !span.escaped => buf[span.start..span.end].starts_with(crate::trace::STAMP_PREFIX.as_bytes()),
+        Some(Scalar::Str(span)) => text_of(buf, span).starts_with(crate::trace::STAMP_PREFIX),
+        _ => false,
+    }
+}
+
 /// Index one parsed event.
 fn observe(buf: &[u8], raw: &Raw, ordinal: u32, index: &mut TraceIndex) -> Kept {
     let cat = match raw.cat {
@@ -266,7 +276,7 @@ fn observe(buf: &[u8], raw: &Raw, ordinal: u32, index: &mut TraceIndex) -> Kept 
     };
     let node = if raw.args_object { node_of(buf, raw.gni, raw.graph_id) } else { Node::Missing };
     let (tid, tid_spelling) = spelled_key(buf, raw.tid, &mut index.keys);
-    if !is_tracked(cat, ph, node) {
+    if !(is_tracked(cat, ph, node) || (cat == Cat::CpuAnnotation && names_a_stamp(buf, raw.name))) {
         index.event_count += 1;
         let id = index.keys.id(tid);
         index.use_lane(id);
@@ -867,6 +877,11 @@ mod tests {
         assert_eq!(a.1.elements, b.1.elements);
         assert_eq!(a.1.array_close, b.1.array_close);
         assert!(a.0.events.iter().zip(&b.0.events).all(|(x, y)| x.ordinal == y.ordinal && x.ts() == y.ts() && a.0.keys.key(x.tid) == b.0.keys.key(y.tid)));
+        let stamps = |i: &TraceIndex| i.stamps.iter().map(|s| (i.keys.key(s.pid), i.keys.key(s.tid), s.start, s.end, s.graph)).collect::<Vec<_>>();
+        let launches = |i: &TraceIndex| i.launches.iter().map(|l| (i.keys.key(l.pid), i.keys.key(l.tid), l.ts, l.correlation)).collect::<Vec<_>>();
+        assert_eq!(stamps(&a.0), stamps(&b.0));
+        assert_eq!(launches(&a.0), launches(&b.0));
+        assert_eq!(a.0.malformed_stamps, b.0.malformed_stamps);
     }
 
     fn trace_file(dir: &Path, name: &str, events: &[&str]) -> (std::path::PathBuf, u64) {
@@ -881,9 +896,13 @@ mod tests {
         let kernel = r#"{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.5, "dur": 2, "args": {"graph node id": 8}}"#;
         let flow = r#"{"ph": "f", "cat": "ac2g", "pid": 0, "tid": 9, "ts": 1.5}"#;
         let op = r#"{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 2, "ts": 3}"#;
-        let events: Vec<&str> = (0..30_000).map(|i| [kernel, flow, op][i % 3]).collect();
+        let stamp = r#"{"ph": "X", "cat": "user_annotation", "name": "cgfast.replay 3", "pid": 1, "tid": 2, "ts": 3, "dur": 5}"#;
+        let launch = r#"{"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 1, "tid": 2, "ts": 4, "dur": 1, "args": {"correlation": 12}}"#;
+        let malformed = r#"{"ph": "X", "cat": "user_annotation", "name": "cgfast.replay x", "pid": 1, "tid": 2, "ts": 3, "dur": 5}"#;
+        let events: Vec<&str> = (0..30_000).map(|i| [kernel, flow, op, stamp, launch, malformed][i % 6]).collect();
         let dir = tempfile::tempdir().unwrap();
         let (path, len) = trace_file(dir.path(), "t.json", &events);
+        assert_eq!((single(&path).0.stamps.len(), single(&path).0.launches.len(), single(&path).0.malformed_stamps), (5000, 5000, 5000));
         for (threads, segment_bytes) in [(2, SEGMENT_BYTES), (3, SEGMENT_BYTES), (7, SEGMENT_BYTES), (2, len / 9), (3, 64 << 10)] {
             let many = scan_parallel(&path, &WriteKeys::default(), threads, segment_bytes, len, &mut |_, _| {}).unwrap().expect("every split is a boundary");
             same(&many, &single(&path));

@@ -13,6 +13,8 @@ pub enum Cat {
     Memcpy,
     Memset,
     UserAnnotation,
+    /// A CPU-side `record_function` range (`user_annotation`): only replay stamps are kept.
+    CpuAnnotation,
     Ac2g,
     Runtime,
     Other,
@@ -29,6 +31,7 @@ impl Cat {
             b"gpu_memcpy" => Cat::Memcpy,
             b"gpu_memset" => Cat::Memset,
             b"gpu_user_annotation" => Cat::UserAnnotation,
+            b"user_annotation" => Cat::CpuAnnotation,
             b"ac2g" => Cat::Ac2g,
             b"cuda_runtime" | b"cuda_driver" => Cat::Runtime,
             _ => Cat::Other,
@@ -462,6 +465,38 @@ impl Flow {
     }
 }
 
+/// The name prefix of the profiler range cgfast's patched `CUDAGraph.replay` opens:
+/// `cgfast.replay <executable graph id>`.
+pub const STAMP_PREFIX: &str = "cgfast.replay";
+
+/// A replay stamp: the graph its range names, and where and when the range ran.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Stamp {
+    pub pid: KeyId,
+    pub tid: KeyId,
+    pub start: f64,
+    pub end: f64,
+    pub graph: u32,
+}
+
+/// A `cudaGraphLaunch` call: its correlation, thread and start.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Launch {
+    pub correlation: i64,
+    pub pid: KeyId,
+    pub tid: KeyId,
+    pub ts: f64,
+}
+
+/// The graph a stamp's name gives, if it is well formed (`cgfast.replay 12`).
+pub fn stamp_graph(name: &str) -> Option<u32> {
+    let digits = name.strip_prefix(STAMP_PREFIX)?.strip_prefix(' ')?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
 /// The index built in one pass over a trace.
 #[derive(Default, Debug)]
 pub struct TraceIndex {
@@ -471,6 +506,12 @@ pub struct TraceIndex {
     pub untracked_lanes: Vec<bool>,
     /// Correlation ids of `cudaGraphLaunch` calls.
     pub graph_launches: rustc_hash::FxHashSet<i64>,
+    /// Every graph launch with a thread and a start, for matching to stamps.
+    pub launches: Vec<Launch>,
+    /// Replay stamps, in trace order.
+    pub stamps: Vec<Stamp>,
+    /// Ranges named `cgfast.replay...` that name no graph, or have no start or duration.
+    pub malformed_stamps: u64,
     pub keys: Keys,
     pub names: Strings,
     pub shapes: Vec<[u32; 6]>,
@@ -544,13 +585,19 @@ impl TraceIndex {
     /// Record one event of `traceEvents`.
     pub fn observe(&mut self, ordinal: u32, ev: &Observed<'_>) -> Kept {
         self.event_count += 1;
+        let tid = self.keys.id(ev.tid);
+        let pid = ev.pid.map_or(NONE, |p| self.keys.id(p));
         if ev.cat == Cat::Runtime && ev.name.is_some_and(is_graph_launch) {
             if let Some(c) = ev.correlation {
                 self.graph_launches.insert(c);
+                if let Some(ts) = ev.ts.value() {
+                    self.launches.push(Launch { correlation: c, pid, tid, ts: ts.as_f64() });
+                }
             }
         }
-        let tid = self.keys.id(ev.tid);
-        let pid = ev.pid.map_or(NONE, |p| self.keys.id(p));
+        if ev.cat == Cat::CpuAnnotation && ev.name.is_some_and(|n| n.starts_with(STAMP_PREFIX)) {
+            self.note_stamp(pid, tid, ev);
+        }
         let ts = ev.ts.value().map(pack);
         if ev.cat == Cat::Ac2g && ev.ph == Ph::FlowFinish && ev.node == Node::Missing {
             let (value, int) = ts.unwrap_or((0, false));
@@ -646,6 +693,17 @@ impl TraceIndex {
         Kept::Event(self.events.len() - 1)
     }
 
+    fn note_stamp(&mut self, pid: KeyId, tid: KeyId, ev: &Observed<'_>) {
+        let graph = ev.name.and_then(stamp_graph);
+        match (graph, ev.ts.value(), ev.dur.value()) {
+            (Some(graph), Some(ts), Some(dur)) => {
+                let start = ts.as_f64();
+                self.stamps.push(Stamp { pid, tid, start, end: start + dur.as_f64(), graph });
+            }
+            _ => self.malformed_stamps += 1,
+        }
+    }
+
     /// Add the index of the segment of `traceEvents` after this one, whose first event
     /// is element `offset`. Its events and flows move here: its vectors are left empty,
     /// their room kept for another segment.
@@ -660,7 +718,10 @@ impl TraceIndex {
         }
         self.graph_launches.extend(std::mem::take(&mut next.graph_launches));
         self.event_count += next.event_count;
+        self.malformed_stamps += std::mem::take(&mut next.malformed_stamps);
         let r = Renames { keys, names, shapes, offset };
+        self.launches.extend(next.launches.drain(..).map(|l| Launch { pid: r.key(l.pid), tid: r.key(l.tid), ..l }));
+        self.stamps.extend(next.stamps.drain(..).map(|s| Stamp { pid: r.key(s.pid), tid: r.key(s.tid), ..s }));
         self.events.extend(next.events.drain(..).map(|mut e| {
             e.ordinal += r.offset;
             e.pid = r.key(e.pid);

@@ -269,6 +269,17 @@ fn args_of<'py>(event: &Bound<'py, PyDict>) -> PyResult<Option<Bound<'py, PyDict
     Ok(event.get_item("args")?.and_then(|a| a.cast_into::<PyDict>().ok()))
 }
 
+/// Annotate a trace held as a dict (`json.load` of a profiler trace), in place, as the
+/// reference's `annotate_trace` does: every graphed event (`args["graph node id"]` in
+/// `annotations`) gets its annotation's keys in `args` (`str()` of each value; a string
+/// item goes to `args["annotation"]`) and moves to the lane its `"stream"` names (else
+/// `default_stream`); `gpu_user_annotation` and flow events left on lanes without work
+/// are removed (printing how many), and every work lane gets a `thread_name`.
+///
+/// `annotations`: node id -> list of dicts or strings (what `load_annotations`
+/// returns). Returns the number of events annotated. Raises what the reference's
+/// Python would (KeyError without `traceEvents`, AttributeError for events or `args`
+/// that are not dicts), changing nothing then.
 #[pyfunction]
 #[pyo3(signature = (trace, annotations, default_stream = 7))]
 pub fn annotate_trace(py: Python<'_>, trace: &Bound<'_, PyDict>, annotations: &Bound<'_, PyAny>, default_stream: i64) -> PyResult<u64> {
@@ -332,6 +343,14 @@ pub fn annotate_trace(py: Python<'_>, trace: &Bound<'_, PyDict>, annotations: &B
     Ok(outcome.annotated)
 }
 
+/// Move graphed kernels of `default_stream` that start before the previous one ended
+/// to `overlap_stream` (their `tid` and `args["stream"]`), in place, as the reference's
+/// `_move_overlapping_to_stream` does. Returns the number moved.
+///
+/// Where the reference would fail (a graphed kernel without `ts`, a `ts` or `dur`
+/// that is not a number, an unhashable `tid`) it raises the same exception type
+/// (KeyError, TypeError, AttributeError; OverflowError beyond 64-bit integers) and
+/// changes nothing.
 #[pyfunction]
 #[pyo3(signature = (trace, default_stream = 7, overlap_stream = 8))]
 pub fn move_overlapping_to_stream(trace: &Bound<'_, PyDict>, default_stream: i64, overlap_stream: i64) -> PyResult<u64> {
@@ -353,6 +372,14 @@ pub fn move_overlapping_to_stream(trace: &Bound<'_, PyDict>, default_stream: i64
     Ok(moved)
 }
 
+/// On each lane, move a graphed work event that starts at most `max_adjust_us`
+/// before the previous one ends to start at that end, in place, as the reference's
+/// `_fix_overlapping_timestamps` does; larger overlaps are left alone and printed as
+/// warnings. Returns the number of events moved.
+///
+/// Where the reference would fail (a graphed event without `ts`, a `ts` or `dur` that
+/// is not a number) it raises the same exception type (KeyError, TypeError;
+/// OverflowError beyond 64-bit integers) and changes nothing.
 #[pyfunction]
 #[pyo3(signature = (trace, max_adjust_us = 1.0))]
 pub fn fix_overlapping_timestamps(py: Python<'_>, trace: &Bound<'_, PyDict>, max_adjust_us: f64) -> PyResult<u64> {

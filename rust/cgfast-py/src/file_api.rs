@@ -36,8 +36,23 @@ fn recover_mode(name: &str) -> PyResult<Recover> {
     }
 }
 
+/// Annotate the trace file `trace` (`.json` or `.json.gz`) into `output` (default:
+/// `<trace>.annotated.json[.gz]`), as `cgfast annotate` does: annotate, move
+/// overlapping kernels to `overlap_stream`, fix timestamp jitter up to `max_adjust_us`,
+/// recover missing graph node ids (`recover`: "auto", "always" or "never";
+/// `topology_only` ignores `cgfast.replay` stamps and equivalent replays, as before
+/// they existed; `spans`: the dotted annotation key whose scopes get
+/// `gpu_user_annotation` spans on the GPU lanes, None or "none" for none).
+///
+/// `annotations`: a path to an annotation file (JSON, optionally gzipped, or a
+/// PyTorch pickle), a dict of node id -> list, or None to find
+/// `kernel_annotations_rank<R>_*.json` as the CLI does. The output is written to a
+/// temporary file and renamed into place, so a failed run leaves nothing behind; gzip
+/// when its name ends in `.gz` (`gzip_level` 0..9). Returns the `--json` report as a
+/// dict. Raises `TraceError` for a trace or annotation file that cannot be processed,
+/// ValueError for bad options, and KeyboardInterrupt (after cleaning up) on Ctrl-C.
 #[pyfunction]
-#[pyo3(signature = (trace, annotations = None, output = None, *, default_stream = 7, overlap_stream = 8, max_adjust_us = 1.0, recover = "auto", gzip_level = 3, spans = Some(pipeline::DEFAULT_SPANS.to_string())))]
+#[pyo3(signature = (trace, annotations = None, output = None, *, default_stream = 7, overlap_stream = 8, max_adjust_us = 1.0, recover = "auto", gzip_level = 3, topology_only = false, spans = Some(pipeline::DEFAULT_SPANS.to_string())))]
 #[allow(clippy::too_many_arguments)]
 pub fn annotate_file<'py>(
     py: Python<'py>,
@@ -49,6 +64,7 @@ pub fn annotate_file<'py>(
     max_adjust_us: f64,
     recover: &str,
     gzip_level: u32,
+    topology_only: bool,
     spans: Option<String>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let started = Instant::now();
@@ -79,7 +95,7 @@ pub fn annotate_file<'py>(
         None => None,
     }
     .unwrap_or_else(|| default_output(&trace));
-    let options = Options { default_stream, overlap_stream, max_adjust_us, recover: recover_mode(recover)?, gzip_level, spans: spans.filter(|key| key != "none") };
+    let options = Options { default_stream, overlap_stream, max_adjust_us, recover: recover_mode(recover)?, gzip_level, topology_only, spans: spans.filter(|key| key != "none") };
     let (result, raised) = interruptible(py, || pipeline::annotate_file(&trace, &annotations, &output, &options, &mut |_, _, _| {}))?;
     if let Some(e) = raised {
         return Err(e);
@@ -89,9 +105,13 @@ pub fn annotate_file<'py>(
     json_to_py(py, &report.to_json(annotations_path.as_deref(), true))
 }
 
-/// `(annotations, graphs)` of an annotation file.
+/// `(annotations, graphs, stacks)` of an annotation file (cgfast JSON, optionally
+/// gzipped, or a PyTorch pickle, read without executing code): node id -> list of
+/// dicts/strings, exec graph id -> its recorded nodes, and node id -> its launch
+/// frames (`file:line:function`, innermost first; empty without a stacks section). Raises `TraceError` for a file that is
+/// neither.
 #[pyfunction]
-pub fn read_annotations<'py>(py: Python<'py>, path: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
+pub fn read_annotations<'py>(py: Python<'py>, path: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>, Bound<'py, PyDict>)> {
     let path = path_of(path)?.ok_or_else(|| PyValueError::new_err("path must not be None"))?;
     let loaded = py.detach(|| annotation_file::read(&path)).map_err(TraceError::new_err)?;
     let nodes = PyDict::new(py);
@@ -101,14 +121,29 @@ pub fn read_annotations<'py>(py: Python<'py>, path: &Bound<'py, PyAny>) -> PyRes
         let items: Vec<Bound<'py, PyAny>> = loaded.nodes[id].iter().map(|item| value_to_py(py, &item.to_value())).collect::<PyResult<_>>()?;
         nodes.set_item(*id, items)?;
     }
-    Ok((nodes, graphs_to_py(py, &loaded.graphs)?))
+    let stacks = PyDict::new(py);
+    for (id, frames) in &loaded.stacks {
+        stacks.set_item(*id, frames)?;
+    }
+    Ok((nodes, graphs_to_py(py, &loaded.graphs)?, stacks))
 }
 
+/// Write `annotations` (node id -> list of dicts/strings) and, optionally, `graphs`
+/// (exec graph id -> recorded nodes) and `stacks` (node id -> launch frames) as a cgfast annotation file at `path`,
+/// atomically; gzipped when the name ends in `.gz`. Raises TypeError for data of the
+/// wrong shape and `TraceError` when the file cannot be written.
 #[pyfunction]
-#[pyo3(signature = (path, annotations, graphs = None))]
-pub fn write_annotations(py: Python<'_>, path: &Bound<'_, PyAny>, annotations: &Bound<'_, PyAny>, graphs: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+#[pyo3(signature = (path, annotations, graphs = None, stacks = None))]
+pub fn write_annotations(
+    py: Python<'_>,
+    path: &Bound<'_, PyAny>,
+    annotations: &Bound<'_, PyAny>,
+    graphs: Option<&Bound<'_, PyAny>>,
+    stacks: Option<std::collections::HashMap<cgfast_core::trace::NodeId, Vec<String>>>,
+) -> PyResult<()> {
     let path = path_of(path)?.ok_or_else(|| PyValueError::new_err("path must not be None"))?;
-    let annotations = annotations_of(annotations, graphs)?;
+    let mut annotations = annotations_of(annotations, graphs)?;
+    annotations.stacks = stacks.unwrap_or_default().into_iter().collect();
     py.detach(|| annotation_file::write(&path, &annotations)).map_err(TraceError::new_err)
 }
 

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use cgfast_core::inputs::{self, Wanted};
 use cgfast_core::parallel::Silent;
+use cgfast_core::summary::hierarchy::Hierarchy;
 use cgfast_core::summary::{chart, summarize_files, Options};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -40,10 +41,14 @@ pub fn find_traces<'py>(py: Python<'py>, paths: &Bound<'py, PyAny>, annotated: b
 }
 
 /// The summary report of annotated traces as a dict (what `cgfast summary --format
-/// json` prints), plus `replay_rows` with `steps`. Raises `TraceError` naming every
-/// trace that cannot be read.
+/// json` prints), plus `replay_rows` with `steps`. `depth` rolls values (module
+/// paths) up to their first N dotted segments, `group_layers` merges numbered siblings
+/// (`layers.*`), `hierarchy` draws the values' tree in the chart (None: when `by` is
+/// `module` or values are rolled up; False: never, bars only).
+/// Raises `TraceError` naming every trace that cannot be read.
 #[pyfunction]
-#[pyo3(signature = (paths, *, by = "name", steps = false, top = 3, jobs = 0, chart = None))]
+#[pyo3(signature = (paths, *, by = "name", steps = false, top = 3, jobs = 0, chart = None, depth = None, group_layers = false, hierarchy = None))]
+#[allow(clippy::too_many_arguments)]
 pub fn summary_report<'py>(
     py: Python<'py>,
     paths: &Bound<'py, PyAny>,
@@ -52,16 +57,26 @@ pub fn summary_report<'py>(
     top: usize,
     jobs: usize,
     chart: Option<&Bound<'py, PyAny>>,
+    depth: Option<usize>,
+    group_layers: bool,
+    hierarchy: Option<bool>,
 ) -> PyResult<Bound<'py, PyAny>> {
     if by.is_empty() {
         return Err(PyValueError::new_err("by must be a key of args, such as 'name' or 'module'"));
     }
+    if depth == Some(0) {
+        return Err(PyValueError::new_err("depth must be at least 1 (or None: whole paths)"));
+    }
+    if hierarchy == Some(true) && chart.is_none() {
+        return Err(PyValueError::new_err("hierarchy draws the hierarchy in a chart: give chart='out.html' (or .svg)"));
+    }
+    let hierarchy = Hierarchy::new(by, depth, group_layers, hierarchy);
     let paths = paths_of(paths)?;
     let chart = match chart {
         Some(c) => path_of(c)?,
         None => None,
     };
-    let options = Options { by: by.to_string(), steps, top };
+    let options = Options { by: by.to_string(), steps, top, hierarchy };
     let report = py.detach(|| {
         let traces = inputs::find(&paths, Wanted::Annotated)?;
         let (summary, failures) = summarize_files(&traces, &options, jobs, &Silent);

@@ -172,6 +172,9 @@ pub fn html(summary: &Summary, rows: &[Row]) -> String {
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title>\n<style>\nbody {{ font-family: 'DejaVu Sans', Arial, Helvetica, sans-serif; margin: 16px; color: #222; }}\ntable {{ border-collapse: collapse; font-size: 13px; margin-top: 16px; }}\nth, td {{ padding: 3px 10px; border-bottom: 1px solid #e4e4e4; text-align: right; }}\nth:first-child, td:first-child, td.kernels {{ text-align: left; }}\ntd.kernels {{ color: #555; max-width: 520px; overflow-wrap: anywhere; }}\n</style></head><body>\n",
         escape(&title)
     );
+    if summary.hierarchy.tree {
+        s.push_str(&super::icicle::svg(summary, rows).0);
+    }
     s.push_str(&svg(summary, rows));
     s.push_str(
         "<table><thead><tr><th>value</th><th>kernels</th><th>total</th><th>mean</th><th>own busy</th><th>share</th><th>top kernels</th></tr></thead><tbody>\n",
@@ -199,6 +202,7 @@ pub fn html(summary: &Summary, rows: &[Row]) -> String {
 pub fn write(path: &Path, summary: &Summary, rows: &[Row]) -> Result<(), String> {
     let ext = path.extension().map(|e| e.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
     let text = match ext.as_str() {
+        "svg" if summary.hierarchy.tree => super::icicle::with_bars(summary, rows, &svg(summary, rows)),
         "svg" => svg(summary, rows),
         "html" | "htm" => html(summary, rows),
         _ => return Err(format!("{}: the chart must be a .svg or .html file", path.display())),

@@ -13,6 +13,8 @@
 //!   if nothing else ran; these may sum to more than the busy time).
 
 pub mod chart;
+pub mod hierarchy;
+pub mod icicle;
 pub mod read;
 pub mod time;
 
@@ -22,6 +24,7 @@ use rustc_hash::FxHashMap as HashMap;
 use serde_json::{json, Value as Json};
 
 use crate::parallel::FilesProgress;
+use hierarchy::Hierarchy;
 use read::{Kernel, Kernels, NONE};
 use time::{attribute, union_length, Interval, Spread};
 
@@ -33,11 +36,13 @@ pub struct Options {
     pub steps: bool,
     /// Kernel names listed per value.
     pub top: usize,
+    /// Values rolled up as module paths, and the chart's tree.
+    pub hierarchy: Hierarchy,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { by: "name".into(), steps: false, top: 3 }
+        Options { by: "name".into(), steps: false, top: 3, hierarchy: Hierarchy::default() }
     }
 }
 
@@ -73,6 +78,10 @@ pub struct TraceTotals {
     pub ungraphed: u64,
     pub ungraphed_ns: i64,
     pub unusable: u64,
+    /// Of the ungraphed work, that launched by a `cudaGraphLaunch`: graphed work whose
+    /// replay `cgfast annotate` left without ids (ambiguous, or matching no graph).
+    pub unresolved: u64,
+    pub unresolved_ns: i64,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -107,6 +116,7 @@ pub struct Summary {
     /// `None`: graphed kernels without the key.
     pub values: HashMap<Option<String>, ValueTotals>,
     pub replays: Vec<Replay>,
+    pub hierarchy: Hierarchy,
 }
 
 /// `kernels[i]` for the indices in `idx`, as intervals.
@@ -198,8 +208,10 @@ impl Summary {
             ungraphed: k.ungraphed,
             ungraphed_ns: k.ungraphed_ns,
             unusable: k.unusable,
+            unresolved: k.ungraphed_correlated.iter().filter(|(c, _)| k.graph_launches.contains(c)).count() as u64,
+            unresolved_ns: k.ungraphed_correlated.iter().filter(|(c, _)| k.graph_launches.contains(c)).map(|(_, d)| d).sum(),
         };
-        Summary { by: options.by.clone(), steps: options.steps, traces: vec![trace], values, replays }
+        Summary { by: options.by.clone(), steps: options.steps, traces: vec![trace], values, replays, hierarchy: options.hierarchy }
     }
 
     /// Add another summary (of other traces) to this one.
@@ -330,6 +342,8 @@ impl Summary {
             ungraphed_kernels: self.traces.iter().map(|t| t.ungraphed).sum(),
             ungraphed_us: us_i(self.traces.iter().map(|t| t.ungraphed_ns).sum()),
             unusable_events: self.traces.iter().map(|t| t.unusable).sum(),
+            unresolved_kernels: self.traces.iter().map(|t| t.unresolved).sum(),
+            unresolved_us: us_i(self.traces.iter().map(|t| t.unresolved_ns).sum()),
         }
     }
 
@@ -359,6 +373,10 @@ pub struct Totals {
     pub ungraphed_kernels: u64,
     pub ungraphed_us: f64,
     pub unusable_events: u64,
+    /// Of the ungraphed kernels, those a `cudaGraphLaunch` launched: their replay was
+    /// left unresolved (ambiguous or unmatched) when the trace was annotated.
+    pub unresolved_kernels: u64,
+    pub unresolved_us: f64,
 }
 
 fn spread_json(s: &Spread) -> Json {
@@ -446,6 +464,19 @@ impl Summary {
             })).collect::<Vec<_>>(),
             "rows": self.rows(top).iter().map(Row::to_json).collect::<Vec<_>>(),
         });
+        if self.hierarchy.rolls_up() {
+            v["depth"] = json!(self.hierarchy.depth);
+            v["group_layers"] = json!(self.hierarchy.group_layers);
+        }
+        // only where there are some, so that other traces' reports read as before
+        if t.unresolved_kernels > 0 {
+            v["totals"]["unresolved_kernels"] = json!(t.unresolved_kernels);
+            v["totals"]["unresolved_us"] = json!(t.unresolved_us);
+            for (out, trace) in v["traces"].as_array_mut().expect("an array").iter_mut().zip(&self.traces) {
+                out["unresolved_kernels"] = json!(trace.unresolved);
+                out["unresolved_us"] = json!(us_i(trace.unresolved_ns));
+            }
+        }
         if self.steps {
             let (busy, span) = self.replay_spread();
             v["replay_spread"] = json!({"busy_us": spread_json(&busy), "span_us": spread_json(&span)});
@@ -479,7 +510,8 @@ impl Summary {
 
 /// Summarise one trace file.
 pub fn summarize_file(path: &Path, options: &Options, progress: &mut dyn FnMut(u64, u64)) -> Result<Summary, String> {
-    let kernels = read::read(path, &options.by, progress)?;
+    let mut kernels = read::read(path, &options.by, progress)?;
+    options.hierarchy.apply(&mut kernels);
     Ok(Summary::of_trace(path, &kernels, options))
 }
 
@@ -496,7 +528,7 @@ pub fn summarize_files(paths: &[PathBuf], options: &Options, jobs: usize, progre
         },
         &mut || progress.show(),
     );
-    let mut summary = Summary { by: options.by.clone(), steps: options.steps, ..Summary::default() };
+    let mut summary = Summary { by: options.by.clone(), steps: options.steps, hierarchy: options.hierarchy, ..Summary::default() };
     let mut failures = Vec::new();
     for (path, result) in paths.iter().zip(results) {
         match result {

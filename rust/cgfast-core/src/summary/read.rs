@@ -39,6 +39,11 @@ pub struct Kernels {
     /// Work events with `graph node id` missing or 0 (eager launches): not summarised.
     pub ungraphed: u64,
     pub ungraphed_ns: i64,
+    /// Correlations of `cudaGraphLaunch` calls.
+    pub graph_launches: rustc_hash::FxHashSet<i64>,
+    /// (correlation, duration) of the work without a `graph node id` that has a
+    /// correlation: launched by a graph, it is work whose replay cgfast left unresolved.
+    pub ungraphed_correlated: Vec<(i64, i64)>,
     /// Graphed work events without a usable `ts` and `dur`.
     pub unusable: u64,
 }
@@ -138,11 +143,20 @@ fn value_text(buf: &[u8], s: Scalar) -> Option<std::borrow::Cow<'_, str>> {
 impl Kernels {
     fn keep(&mut self, buf: &[u8], f: Fields) {
         self.events += 1;
-        let is_work = match f.cat {
-            Some(Scalar::Str(span)) => Cat::from_name(&text_of(buf, span)).is_work(),
-            _ => false,
+        let cat = match f.cat {
+            Some(Scalar::Str(span)) => Cat::from_name(&text_of(buf, span)),
+            _ => Cat::Other,
         };
-        if !is_work {
+        let correlation = || {
+            number(buf, f.correlation).and_then(|t| match Num::parse(t) {
+                Some(Num::Int(i)) => Some(i),
+                _ => None,
+            })
+        };
+        if cat == Cat::Runtime && matches!(f.name, Some(Scalar::Str(span)) if crate::trace::is_graph_launch(&text_of(buf, span))) {
+            self.graph_launches.extend(correlation());
+        }
+        if !cat.is_work() {
             return;
         }
         let ts = number(buf, f.ts).and_then(micros_to_nanos);
@@ -150,6 +164,9 @@ impl Kernels {
         if !crate::scan::node_of(buf, f.node, f.graph_id).graphed() {
             self.ungraphed += 1;
             self.ungraphed_ns += dur.unwrap_or(0).max(0);
+            if let Some(c) = correlation() {
+                self.ungraphed_correlated.push((c, dur.unwrap_or(0).max(0)));
+            }
             return;
         }
         let (Some(start), Some(dur)) = (ts, dur) else {

@@ -24,7 +24,7 @@ fn summary_of(text: &str, by: &str, steps: bool) -> Summary {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.json");
     std::fs::write(&path, text).unwrap();
-    summarize_file(&path, &Options { by: by.into(), steps, top: 3 }, &mut |_, _| {}).unwrap()
+    summarize_file(&path, &Options { by: by.into(), steps, top: 3, ..Options::default() }, &mut |_, _| {}).unwrap()
 }
 
 fn close(a: f64, b: f64) -> bool {
@@ -199,4 +199,86 @@ fn chart_file_names() {
     assert!(chart::write(&dir.path().join("c.png"), &s, &s.rows(3)).unwrap_err().contains("must be a .svg or .html"));
     chart::write(&dir.path().join("c.SVG"), &s, &s.rows(3)).unwrap();
     assert!(chart::write(&dir.path().join("no/such/c.svg"), &s, &s.rows(3)).unwrap_err().contains("cannot write the chart"));
+}
+
+/// Two layers of one model, on two lanes: layer 0's attention [0,10), layer 1's
+/// attention [5,15) and mlp [20,24), and the model's own norm [30,32).
+const LAYERS: &str = r#"{"traceEvents": [
+  {"ph": "X", "cat": "kernel", "name": "sdpa", "pid": 0, "tid": 7, "ts": 0, "dur": 10, "args": {"graph node id": 1, "correlation": 1, "module": "model.layers.0.attn"}},
+  {"ph": "X", "cat": "kernel", "name": "sdpa", "pid": 0, "tid": 8, "ts": 5, "dur": 10, "args": {"graph node id": 2, "correlation": 1, "module": "model.layers.1.attn"}},
+  {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 20, "dur": 4, "args": {"graph node id": 3, "correlation": 1, "module": "model.layers.1.mlp"}},
+  {"ph": "X", "cat": "kernel", "name": "norm", "pid": 0, "tid": 7, "ts": 30, "dur": 2, "args": {"graph node id": 4, "correlation": 1, "module": "model"}}
+]}"#;
+
+fn rolled_up(depth: Option<usize>, group_layers: bool) -> Summary {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.json");
+    std::fs::write(&path, LAYERS).unwrap();
+    let hierarchy = hierarchy::Hierarchy { depth, group_layers, tree: false };
+    summarize_file(&path, &Options { by: "module".into(), steps: true, hierarchy, ..Options::default() }, &mut |_, _| {}).unwrap()
+}
+
+#[test]
+fn rolled_up_values_are_one_value_throughout() {
+    let values = |s: &Summary| s.rows(3).iter().map(|r| (r.value.clone().unwrap(), r.kernels, r.busy_us, r.attributed_us)).collect::<Vec<_>>();
+    // Merged layers: one union ([0,15) + [20,24)), not the sum of the layers' own.
+    assert_eq!(values(&rolled_up(None, true)), [("model.layers.*.attn".into(), 2, 15.0, 15.0), ("model.layers.*.mlp".into(), 1, 4.0, 4.0), ("model".into(), 1, 2.0, 2.0)]);
+    assert_eq!(values(&rolled_up(Some(2), false)), [("model.layers".into(), 3, 19.0, 19.0), ("model".into(), 1, 2.0, 2.0)]);
+    assert_eq!(values(&rolled_up(Some(3), true)), [("model.layers.*".into(), 3, 19.0, 19.0), ("model".into(), 1, 2.0, 2.0)]);
+    let s = rolled_up(Some(3), false);
+    assert_eq!(values(&s)[..2], [("model.layers.1".into(), 2, 14.0, 11.5), ("model.layers.0".into(), 1, 10.0, 7.5)]);
+    // Replays see the merged values too.
+    let merged = rolled_up(Some(1), false);
+    assert_eq!(merged.replays[0].values.len(), 1);
+    assert_eq!(merged.rows(3)[0].per_replay.unwrap().count, 1);
+    let json = merged.to_json(3);
+    assert_eq!((json["depth"].as_u64(), json["group_layers"].as_bool()), (Some(1), Some(false)));
+    assert!(summary_of(LAYERS, "module", false).to_json(3).get("depth").is_none(), "no new keys without the options");
+}
+
+#[test]
+fn the_icicle_is_as_wide_as_the_busy_time() {
+    let s = rolled_up(None, true);
+    let (svg, height) = icicle::svg(&s, &s.rows(3));
+    assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\"") && svg.contains(&format!("height=\"{height}\"")));
+    assert!(!svg.contains("<script") && !svg.contains("href") && !svg.contains("url("));
+    // A rect per path (root, model, layers, *, attn, mlp) and one for model's own norm.
+    let widths: Vec<(String, f64)> = svg
+        .lines()
+        .filter(|l| l.contains("<rect x="))
+        .map(|l| {
+            let title = l.split("<title>").nth(1).unwrap().split(" — ").next().unwrap().to_string();
+            let w: f64 = l.split("width=\"").nth(1).unwrap().split('"').next().unwrap().parse().unwrap();
+            (title, w + 1.0)
+        })
+        .collect();
+    let names: Vec<&str> = widths.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(names, ["all graphed kernels", "model", "model.layers", "model.layers.*", "model.layers.*.attn", "model.layers.*.mlp", "model itself (kernels of this path, not of a path under it)"]);
+    // Busy time 21 µs over 1068 px.
+    let px = |us: f64| us / 21.0 * 1068.0;
+    for ((_, w), us) in widths.iter().zip([21.0, 21.0, 19.0, 19.0, 15.0, 4.0, 2.0]) {
+        assert!((w - px(us)).abs() <= 1.0, "{widths:?}");
+    }
+    let both = icicle::with_bars(&s, &s.rows(3), &chart::svg(&s, &s.rows(3)));
+    assert!(both.contains(&format!("<svg y=\"{height}\" xmlns")));
+}
+
+#[test]
+fn graph_launched_work_without_a_node_id_is_counted_as_unresolved() {
+    // replay 5 (a cudaGraphLaunch) left without ids; correlation 9 launched eagerly
+    let text = r#"{"traceEvents": [
+      {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 5, "tid": 5, "ts": 0, "dur": 1, "args": {"correlation": 5}},
+      {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 5, "tid": 5, "ts": 0, "dur": 1, "args": {"correlation": 9}},
+      {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 2, "args": {"correlation": 5}},
+      {"ph": "X", "cat": "gpu_memcpy", "name": "c", "pid": 0, "tid": 7, "ts": 13, "dur": 3, "args": {"correlation": 5}},
+      {"ph": "X", "cat": "kernel", "name": "e", "pid": 0, "tid": 7, "ts": 20, "dur": 4, "args": {"correlation": 9}},
+      {"ph": "X", "cat": "kernel", "name": "g", "pid": 0, "tid": 7, "ts": 30, "dur": 4, "args": {"correlation": 6, "graph node id": 3}}
+    ]}"#;
+    let s = summary_of(text, "name", false);
+    let t = s.totals();
+    assert_eq!((t.ungraphed_kernels, t.unresolved_kernels, t.unresolved_us), (3, 2, 5.0));
+    let v = s.to_json(3);
+    assert_eq!((v["totals"]["unresolved_kernels"].as_u64(), v["traces"][0]["unresolved_kernels"].as_u64()), (Some(2), Some(2)));
+    // none: the report reads as before
+    assert!(summary_of(TRACE, "name", false).to_json(3)["totals"].get("unresolved_kernels").is_none());
 }

@@ -1,0 +1,68 @@
+"""The Rust core of cgfast (``cgfast._cgfast``), as the PyO3 bindings in
+``rust/cgfast-py/src/`` export it. ``tests/test_stub.py`` checks that this file names
+exactly what the module exports, with the same parameters and defaults."""
+
+import os
+from typing import Any, Iterable, Literal, Mapping, Sequence
+
+_Path = str | os.PathLike[str]
+# node id -> what the node is annotated with: dicts of args to write, or strings
+# (written to args["annotation"])
+_Annotations = Mapping[int, Iterable[Mapping[str, Any] | str]]
+
+__all__ = [
+    "__version__",
+    "TraceError",
+    "annotate_trace",
+    "move_overlapping_to_stream",
+    "fix_overlapping_timestamps",
+    "annotate_file",
+    "read_annotations",
+    "write_annotations",
+    "run_cli",
+    "summary_report",
+    "find_traces",
+]
+
+__version__: str
+
+class TraceError(ValueError):
+    """A trace or annotation file cannot be processed."""
+
+def annotate_trace(trace: dict[str, Any], annotations: _Annotations, default_stream: int = 7) -> int: ...
+def move_overlapping_to_stream(trace: dict[str, Any], default_stream: int = 7, overlap_stream: int = 8) -> int: ...
+def fix_overlapping_timestamps(trace: dict[str, Any], max_adjust_us: float = 1.0) -> int: ...
+def annotate_file(
+    trace: _Path,
+    annotations: _Path | _Annotations | None = None,
+    output: _Path | None = None,
+    *,
+    default_stream: int = 7,
+    overlap_stream: int = 8,
+    max_adjust_us: float = 1.0,
+    recover: Literal["auto", "always", "never"] = "auto",
+    gzip_level: int = 3,
+    topology_only: bool = False,
+    spans: str | None = "module",
+) -> dict[str, Any]: ...
+def read_annotations(path: _Path) -> tuple[dict[int, list[Any]], dict[int, list[dict[str, Any]]], dict[int, list[str]]]: ...
+def write_annotations(
+    path: _Path,
+    annotations: _Annotations,
+    graphs: Mapping[int, Iterable[Mapping[str, Any]]] | None = None,
+    stacks: Mapping[int, Sequence[str]] | None = None,
+) -> None: ...
+def run_cli(argv: Sequence[str]) -> int: ...
+def summary_report(
+    paths: _Path | Iterable[_Path],
+    *,
+    by: str = "name",
+    steps: bool = False,
+    top: int = 3,
+    jobs: int = 0,
+    chart: _Path | None = None,
+    depth: int | None = None,
+    group_layers: bool = False,
+    hierarchy: bool | None = None,
+) -> dict[str, Any]: ...
+def find_traces(paths: _Path | Iterable[_Path], *, annotated: bool = False) -> list[str]: ...

@@ -1,0 +1,257 @@
+"""``annotate_modules``: every graph node a module's forward (and, through autograd, its
+backward) creates during capture is annotated with the module's name.
+
+Two global module hooks serve every handle. They are registered only while a capture
+through ``torch.cuda.CUDAGraph`` is under way (any global module hook sends every module
+call in the process down torch's slower path), and a module of no active handle costs
+a dict lookup there. Module scopes are spans (``_spans``); the backward of what a
+module's forward made is claimed for it in its forward hook (``_backward``).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from cgfast.capture import _stacks
+from cgfast.capture._backward import BACKWARD_PHASE, claim_backward
+from cgfast.capture._spans import begin_span
+from cgfast.capture._state import state
+
+# module -> (its handle, forward annotation, backward annotation or None)
+_registry: Dict[Any, Tuple["ModuleAnnotations", Dict[str, Any], Optional[Dict[str, Any]]]] = {}
+_registry_lock = threading.RLock()
+_hooks: List[Any] = []
+_enabled_before = [False]  # whether annotations were on when the first active handle came
+# .open: [[module, graph, graph id, first local id of its open segment, sequence number
+# or None, annotation, its closed segments as [(first, end)] or None]]
+_frames = threading.local()
+
+
+def _open_frames() -> list:
+    frames = getattr(_frames, "open", None)
+    if frames is None:
+        frames = _frames.open = []
+    return frames
+
+
+# A module's nodes are recorded as segments that leave out its children's: from its
+# entry (or a child's exit) to a child's entry (or its own exit). Every node is then in
+# one module span, the innermost, so resolving costs one entry per node however deep the
+# module tree is, and the node counts read at each boundary serve both sides of it.
+# A module's segments are recorded when it exits, after what exited inside it (its
+# children, user scopes), so that those still win on common keys.
+
+
+def _forward_pre_hook(module, args):
+    entry = _registry.get(module)
+    if entry is None or not state.enabled or state.no_capture_in_progress():
+        return None
+    backend = state.backend()
+    if backend is None:
+        return None
+    try:
+        start = begin_span(backend)
+    except Exception:
+        state.recorder.report_failure("reading the capture graph at a module's forward")
+        return None
+    if start is None:
+        return None
+    graph, graph_id, first = start
+    frames = _open_frames()
+    if frames:
+        parent = frames[-1]
+        if parent[1] == graph:
+            if first > parent[3]:
+                if parent[6] is None:
+                    parent[6] = [(parent[3], first)]
+                else:
+                    parent[6].append((parent[3], first))
+            parent[3] = first
+    sequence = _torch_calls[1]() if entry[2] is not None and _torch_calls[0]() else None
+    frames.append([module, graph, graph_id, first, sequence, entry[1], None])
+    return None
+
+
+def _forward_hook(module, args, output):
+    frames = getattr(_frames, "open", None)
+    if not frames:
+        return None
+    for depth in range(len(frames) - 1, -1, -1):
+        if frames[depth][0] is module:
+            break
+    else:
+        return None
+    _, graph, graph_id, first, sequence, annotation, segments = frames[depth]
+    del frames[depth:]  # and any frame whose forward raised without its hook
+    entry = _registry.get(module)
+    backend = state.backend()
+    if entry is None or backend is None:
+        return None
+    recorder = state.recorder
+    try:
+        end = backend.graphs.node_count(graph)
+    except Exception:
+        recorder.report_failure("reading the capture graph at a module's forward end")
+    else:
+        recorder.add_span(graph_id, first, end, annotation)
+        if segments is not None:
+            for segment_first, segment_end in segments:
+                recorder.add_span(graph_id, segment_first, segment_end, annotation)
+        if frames and frames[-1][1] == graph:
+            frames[-1][3] = end
+    if sequence is not None:
+        claim_backward(output, sequence, entry[2])
+    return None
+
+
+# torch.is_grad_enabled and the next autograd sequence number, bound when hooks go in
+_torch_calls: list = []
+
+
+# -- handles ----------------------------------------------------------------------------
+
+
+def _sync_hooks() -> None:
+    """Hook modules only while a capture may be under way: with any global module hook,
+    every module call in the process takes torch's slow path (about 3 us more)."""
+    _open_frames().clear()  # a capture began or ended: their graph may be gone
+    with _registry_lock:
+        wanted = bool(_registry) and (
+            state.captures_in_progress > 0 or state.uncounted_capture or state.patched_classes == 0
+        )
+        if wanted and not _hooks:
+            _install_hooks()
+        elif _hooks and not wanted:
+            while _hooks:
+                _hooks.pop().remove()
+
+
+_forward_hook_options: list = []  # register_module_forward_hook's keywords, read once
+
+
+def _install_hooks() -> None:
+    import torch
+    from torch.nn.modules import module as nn_module
+
+    _torch_calls[:] = [torch.is_grad_enabled, torch._C._autograd._get_sequence_nr]
+    if not _forward_hook_options:
+        import inspect
+
+        extra = {}
+        if "always_call" in inspect.signature(nn_module.register_module_forward_hook).parameters:
+            extra["always_call"] = True  # keeps the open frames balanced when a forward raises
+        _forward_hook_options.append(extra)
+
+    _hooks.append(nn_module.register_module_forward_pre_hook(_forward_pre_hook))
+    _hooks.append(nn_module.register_module_forward_hook(_forward_hook, **_forward_hook_options[0]))
+
+
+class ModuleAnnotations:
+    """What :func:`annotate_modules` returns: ``remove()`` (or leaving its ``with``
+    block) stops annotating; removing twice is harmless."""
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        prefix: Optional[str],
+        key: str,
+        backward: bool,
+        stacks: bool = False,
+        stack_filter_paths: Optional[Sequence[str]] = None,
+    ) -> None:
+        try:
+            import torch
+        except ImportError as exc:  # pragma: no cover - torch is what gives modules
+            raise TypeError("annotate_modules needs torch") from exc
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"annotate_modules takes a torch.nn.Module, not {type(model).__name__}")
+        if not isinstance(key, str) or not key:
+            raise TypeError("annotate_modules: key must be a non-empty str")
+        if prefix is not None and not isinstance(prefix, str):
+            raise TypeError(f"annotate_modules: prefix must be a str or None, not {type(prefix).__name__}")
+        self.model = model
+        self.key = key
+        entries = {}
+        for name, module in model.named_modules():
+            if prefix:
+                name = f"{prefix}.{name}" if name else prefix
+            forward = {key: name}
+            entries[module] = (self, forward, {**forward, **BACKWARD_PHASE} if backward else None)
+        with _registry_lock:
+            for module in entries:
+                owner = _registry.get(module)
+                if owner is not None:
+                    name = owner[1][owner[0].key]
+                    raise ValueError(
+                        f"annotate_modules: module {name!r} ({type(module).__name__}) is already "
+                        "annotated by another active handle; remove() that one first"
+                    )
+            if not _registry:
+                _enabled_before[0] = state.enabled
+            _registry.update(entries)
+            self._modules = list(entries)
+        from cgfast.capture._scopes import enable_annotations
+
+        enable_annotations()
+        self._stacks = stacks
+        if stacks:
+            _stacks.request(self, stack_filter_paths)
+        if _sync_hooks not in state.capture_listeners:
+            state.capture_listeners.append(_sync_hooks)
+        _sync_hooks()
+
+    @property
+    def active(self) -> bool:
+        return bool(self._modules)
+
+    def remove(self) -> None:
+        with _registry_lock:
+            if not self._modules:
+                return
+            for module in self._modules:
+                if _registry.get(module, (None,))[0] is self:
+                    del _registry[module]
+            self._modules = []
+            last = not _registry
+        if self._stacks:
+            _stacks.release(self)
+        _sync_hooks()
+        if last and not _enabled_before[0]:
+            state.enabled = False
+
+    def __enter__(self) -> "ModuleAnnotations":
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> bool:
+        self.remove()
+        return False
+
+
+def annotate_modules(
+    model: Any,
+    *,
+    prefix: Optional[str] = None,
+    key: str = "module",
+    backward: bool = True,
+    stacks: bool = False,
+    stack_filter_paths: Optional[Sequence[str]] = None,
+) -> ModuleAnnotations:
+    """Annotate every graph node captured inside a forward of ``model`` or one of its
+    submodules with ``{key: <name>}`` of the innermost one, named as
+    ``model.named_modules()`` names it (``prefix.`` before it; the root is ``prefix``
+    or ``""``). With ``backward``, nodes its backward creates during a captured
+    backward get that annotation plus ``"autograd_phase": "backward"``.
+
+    Uses global module hooks, so ``torch.cuda.make_graphed_callables`` accepts the
+    model. Enables annotations (like :func:`enable_annotations`) while active; the
+    handle's ``remove()`` turns them off again if they were off before. Composes with
+    ``mark_kernels`` scopes: the innermost scope wins on common keys.
+
+    With ``stacks``, every node also gets the user Python frames that launched it
+    (see :func:`get_kernel_stacks`), filtered like torch 2.15 filters them or by the
+    directories in ``stack_filter_paths``."""
+    return ModuleAnnotations(
+        model, prefix=prefix, key=key, backward=backward, stacks=stacks, stack_filter_paths=stack_filter_paths
+    )

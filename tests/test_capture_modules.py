@@ -1,0 +1,445 @@
+"""annotate_modules on the fake driver, with real timm models running on the CPU: every
+aten op the model runs adds a kernel node to the fake capture (a dispatch mode), and
+the expected module of each node comes from an independent reading: the innermost
+``forward`` frame of a module on the Python stack when the op ran (and, for backward
+ops, the module whose forward created the autograd node that runs them, read by a
+node-creation hook the same way)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+timm = pytest.importorskip("timm")
+
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+from cgfast import capture  # noqa: E402
+from cgfast.capture._state import state  # noqa: E402
+from fake_graph_driver import FakeCUDAGraph, capturing, fake  # noqa: E402,F401  (fixture)
+
+
+def innermost_module(names):
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "forward":
+            name = names.get(id(frame.f_locals.get("self")))
+            if name is not None:
+                return name
+        frame = frame.f_back
+    return None
+
+
+class LaunchEachOp(TorchDispatchMode):
+    """Every aten op launches a fake kernel named after it; remembers what each node's
+    annotation must be."""
+
+    def __init__(self, driver, model, prefix=None):
+        super().__init__()
+        self.driver = driver
+        self.names = {}
+        for name, module in model.named_modules():
+            self.names[id(module)] = f"{prefix}.{name}" if prefix and name else (prefix or name)
+        self.expected = {}  # fake node -> expected annotation (None: none)
+        self.created_in = {}  # autograd node -> module whose forward created it
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        node = self.driver.launch(str(func))
+        if node is not None:
+            running = torch._C._current_autograd_node()
+            if running is None:
+                module = innermost_module(self.names)
+                self.expected[node] = {"module": module} if module is not None else None
+            else:
+                module = self.created_in.get(running)
+                self.expected[node] = {"module": module, "autograd_phase": "backward"} if module is not None else None
+        return out
+
+    def note_creation(self, autograd_node):
+        if isinstance(autograd_node, torch._C._functions.AccumulateGrad):
+            return
+        module = innermost_module(self.names)
+        if module is not None:
+            self.created_in[autograd_node] = module
+
+
+def recorded(g, nodes):
+    registry = capture.get_kernel_annotations()
+    result = {}
+    for node in nodes:
+        annotations = registry.get(g.graph_exec.id << 32 | node.local_id)
+        result[node] = annotations[0] if annotations else None
+    return result
+
+
+def capture_model(fake, model, inputs, *, backward=False, prefix=None, annotate=True):
+    launcher = LaunchEachOp(fake, model, prefix)
+    g = FakeCUDAGraph(fake)
+    handle = capture.annotate_modules(model, prefix=prefix) if annotate else None
+    torch._C._autograd._push_node_creation_hook(launcher.note_creation)
+    try:
+        with capturing(g):
+            with launcher:
+                out = model(inputs)
+                if backward:
+                    out.float().sum().backward()
+    finally:
+        torch._C._autograd._pop_node_creation_hook()
+        if handle is not None:
+            handle.remove()
+    return g, launcher
+
+
+@pytest.mark.parametrize(
+    "name,shape",
+    [("resnet50", (1, 3, 32, 32)), ("vit_small_patch16_224", (1, 3, 32, 32))],
+)
+def test_every_forward_node_gets_its_innermost_module(fake, name, shape):
+    kwargs = {"img_size": 32} if name.startswith("vit") else {}
+    model = timm.create_model(name, pretrained=False, **kwargs).eval()
+    with torch.no_grad():
+        g, launcher = capture_model(fake, model, torch.randn(shape))
+    assert len(launcher.expected) > 100
+    assert recorded(g, launcher.expected) == launcher.expected
+    modules = {a["module"] for a in launcher.expected.values() if a}
+    assert len(modules) > 50  # many distinct innermost modules, not one big scope
+
+
+def test_backward_nodes_get_the_module_and_the_phase(fake):
+    model = timm.create_model("resnet18", pretrained=False).train()
+    g, launcher = capture_model(fake, model, torch.randn(2, 3, 32, 32), backward=True)
+    got = recorded(g, launcher.expected)
+    backward = {node: a for node, a in launcher.expected.items() if a and "autograd_phase" in a}
+    assert len(backward) > 50
+    assert {node: got[node] for node in backward} == backward
+    assert got == launcher.expected
+
+
+def test_prefix_names_the_root_and_prepends_to_every_name(fake):
+    model = timm.create_model("resnet18", pretrained=False).eval()
+    with torch.no_grad():
+        g, launcher = capture_model(fake, model, torch.randn(1, 3, 32, 32), prefix="encoder")
+    got = recorded(g, launcher.expected)
+    assert got == launcher.expected
+    names = {a["module"] for a in got.values() if a}
+    assert "encoder.conv1" in names and "encoder.layer1.0.conv1" in names
+    assert all(n == "encoder" or n.startswith("encoder.") for n in names)
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = torch.nn.Linear(4, 4)
+
+    def forward(self, x, driver):
+        driver.launch("block_head")
+        with capture.mark_kernels({"name": "user", "module": "user-scope"}):
+            driver.launch("in_user_scope_before_child")  # before a child: still the user's
+            y = self.inner(x)
+            driver.launch("in_user_scope")
+        return y
+
+
+class Root(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = Block()
+
+    def forward(self, x, driver):
+        driver.launch("root_head")
+        return self.block(x, driver)
+
+
+def test_mark_kernels_composes_with_module_scopes_innermost_winning(fake):
+    model = Root()
+    g = FakeCUDAGraph(fake)
+    with capture.annotate_modules(model), torch.no_grad():
+        with capturing(g):
+            with capture.mark_kernels({"name": "outer", "step": 1}):
+                model(torch.randn(2, 4), fake)
+            nodes = {node.launch.name: node for node in g.template.nodes if node.launch}
+    registry = capture.get_kernel_annotations()
+    got = {name: registry[g.graph_exec.id << 32 | node.local_id][0] for name, node in nodes.items()}
+    assert got["root_head"] == {"module": "", "name": "outer", "step": 1}
+    assert got["block_head"] == {"module": "block", "name": "outer", "step": 1}
+    assert got["in_user_scope"] == {"module": "user-scope", "name": "user", "step": 1}
+    assert got["in_user_scope_before_child"] == {"module": "user-scope", "name": "user", "step": 1}
+
+
+def test_outside_a_capture_hooks_ask_no_driver(fake):
+    model = timm.create_model("resnet18", pretrained=False).eval()
+    with capture.annotate_modules(model), torch.no_grad():
+        fake.calls.clear()  # (making the handle checks once for a capture under way)
+        model(torch.randn(1, 3, 32, 32))
+        model(torch.randn(1, 3, 32, 32))
+    assert fake.calls == {}
+    assert len(capture.get_kernel_annotations()) == 0
+
+
+def test_module_hooks_exist_only_during_a_capture(fake):
+    from torch.nn.modules import module as nn_module
+
+    def global_hooks():
+        return len(nn_module._global_forward_pre_hooks) + len(nn_module._global_forward_hooks)
+
+    before = global_hooks()
+    model = torch.nn.Linear(2, 2)
+    seen = []
+
+    class Probe(torch.nn.Module):
+        def forward(self, x):
+            seen.append(global_hooks())
+            return model(x)
+
+    probe = Probe()
+    with capture.annotate_modules(probe):
+        assert global_hooks() == before  # no slower module calls outside captures
+        with torch.no_grad():
+            probe(torch.zeros(2))
+            with capturing(FakeCUDAGraph(fake)):
+                probe(torch.zeros(2))
+        assert global_hooks() == before
+    assert seen == [before, before + 2]
+
+
+def test_make_graphed_callables_accepts_an_annotated_model(fake):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    with capture.annotate_modules(model):
+        hooked = [m for m in model.modules() if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks]
+        assert hooked == []
+
+
+def test_bad_input(fake):
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        capture.annotate_modules(lambda x: x)
+    model = Root()
+    handle = capture.annotate_modules(model)
+    with pytest.raises(ValueError, match="'block'.*already annotated"):
+        capture.annotate_modules(model.block)
+    with pytest.raises(ValueError, match="already annotated"):
+        capture.annotate_modules(model)
+    handle.remove()
+    handle.remove()  # harmless
+    with capture.annotate_modules(model.block):  # free again
+        pass
+
+
+def test_handles_restore_the_annotation_switch(fake):
+    assert not capture.annotations_enabled()
+    first = capture.annotate_modules(torch.nn.Linear(2, 2))
+    second = capture.annotate_modules(torch.nn.Linear(2, 2))
+    assert capture.annotations_enabled()
+    first.remove()
+    assert capture.annotations_enabled()
+    second.remove()
+    assert not capture.annotations_enabled()
+    capture.enable_annotations()
+    capture.annotate_modules(torch.nn.Linear(2, 2)).remove()
+    assert capture.annotations_enabled()
+
+
+def test_a_forward_that_raises_leaves_no_open_scope(fake):
+    class Failing(torch.nn.Module):
+        def forward(self, x):
+            fake.launch("before_failure")
+            raise ValueError("boom")
+
+    model = torch.nn.Sequential(torch.nn.Identity(), Failing())
+    g = FakeCUDAGraph(fake)
+    with capture.annotate_modules(model):
+        with pytest.raises(ValueError):
+            with capturing(g):
+                model(torch.zeros(1))
+        from cgfast.capture import _modules
+
+        assert _modules._open_frames() == []
+    assert state.recorder.has_pending() is False
+
+
+class ScopedBlock(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        with capture.mark_kernels({"name": "user", "layer": 1}, backward=True):
+            return torch.relu(self.inner(x))
+
+
+def backward_ops(fake, g, launcher):
+    """Recorded annotations of the nodes backward ops added, by the autograd node that ran them."""
+    got = recorded(g, launcher.expected)
+    return [(node.launch.name, got[node]) for node in g.template.nodes if node.launch and node in launcher.backward]
+
+
+class Launcher(LaunchEachOp):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.backward = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        before = len(self.driver.current().capture.nodes)
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        running = torch._C._current_autograd_node()
+        if running is not None and len(self.driver.current().capture.nodes) > before:
+            self.backward[self.driver.current().capture.nodes[-1]] = type(running).__name__
+        return out
+
+
+def capture_step(fake, model, x, annotate):
+    launcher = Launcher(fake, model)
+    g = FakeCUDAGraph(fake, keep_graph=True)
+    handle = capture.annotate_modules(model) if annotate else None
+    capture.enable_annotations()
+    try:
+        with capturing(g):
+            with launcher:
+                model(x).sum().backward()
+    finally:
+        if handle is not None:
+            handle.remove()
+    g.instantiate()
+    return g, launcher
+
+
+def test_mark_kernels_backward_annotates_the_backward_of_its_ops(fake):
+    model = torch.nn.Sequential(ScopedBlock())
+    g, launcher = capture_step(fake, model, torch.randn(2, 4), annotate=False)
+    by_node = {}
+    got = recorded(g, launcher.backward)
+    for node, autograd_node in launcher.backward.items():
+        by_node.setdefault(autograd_node, set()).add(repr(got[node]))
+    user = repr({"name": "user", "layer": 1, "autograd_phase": "backward"})
+    assert by_node["ReluBackward0"] == {user}
+    assert by_node["AddmmBackward0"] == {user}
+    assert by_node["SumBackward0"] == {"None"}  # made outside the scope
+    forward = [a for node, a in recorded(g, launcher.expected).items() if node not in launcher.backward]
+    assert {"name": "user", "layer": 1} in forward
+
+
+def test_backward_of_a_user_scope_inside_a_module_carries_both(fake):
+    model = torch.nn.Sequential(ScopedBlock())
+    g, launcher = capture_step(fake, model, torch.randn(2, 4), annotate=True)
+    got = recorded(g, launcher.backward)
+    by_node = {}
+    for node, autograd_node in launcher.backward.items():
+        by_node.setdefault(autograd_node, set()).add(repr(got[node]))
+    assert by_node["ReluBackward0"] == {
+        repr({"name": "user", "layer": 1, "autograd_phase": "backward", "module": "0"})
+    }
+    assert by_node["AddmmBackward0"] == {
+        repr({"name": "user", "layer": 1, "autograd_phase": "backward", "module": "0.inner"})
+    }
+
+
+def test_a_capture_that_ends_inside_a_forward_leaves_nothing_open(fake):
+    g = FakeCUDAGraph(fake)
+    stream = fake.new_stream()
+
+    class EndsTheCapture(torch.nn.Module):
+        def forward(self, x):
+            fake.launch("last")
+            g.capture_end()
+            return x
+
+    model = torch.nn.Sequential(EndsTheCapture())
+    with capture.annotate_modules(model), fake.use(stream):
+        g.capture_begin()
+        fake.launch("first")
+        model(torch.zeros(1))  # its span began in the capture; its end must not read the graph
+    from cgfast.capture import _modules
+
+    assert _modules._open_frames() == [] and not state.recorder.has_pending()
+    assert fake.calls.get("node_count", 0) == 2  # one per span start, none after the end
+
+
+class TwoLines(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x)  # LINE-A
+        return torch.relu(y)  # LINE-B
+
+
+def line_of(marker):
+    import inspect
+
+    source, first = inspect.getsourcelines(TwoLines.forward)
+    return first + next(i for i, text in enumerate(source) if marker in text)
+
+
+def test_stacks_name_the_line_that_launched_each_node(fake):
+    model = TwoLines()
+    launcher = LaunchEachOp(fake, model)
+    g = FakeCUDAGraph(fake)
+    x = torch.randn(2, 4)
+    with capture.annotate_modules(model, stacks=True), torch.no_grad():
+        with launcher:  # under the stack recorder, which a capture's begin puts on top
+            with capturing(g):
+                model(x)
+                launched_here = sys._getframe().f_lineno - 1
+    stacks = capture.get_kernel_stacks()
+    assert len(stacks) == len(launcher.expected) > 2
+    innermost = {}
+    for node in launcher.expected:
+        frames = stacks[g.graph_exec.id << 32 | node.local_id]
+        innermost.setdefault(frames[0], set()).add(node.launch.name)
+        assert frames[1] == f"{__file__}:{launched_here}:test_stacks_name_the_line_that_launched_each_node"
+        assert not any("/torch/" in f or "/cgfast/" in f for f in frames)
+    a = f"{__file__}:{line_of('LINE-A')}:forward"
+    b = f"{__file__}:{line_of('LINE-B')}:forward"
+    assert set(innermost) == {a, b}
+    assert innermost[b] == {"aten.relu.default"}
+
+
+def test_stacks_are_off_by_default_and_the_filter_is_configurable(fake, tmp_path):
+    model = TwoLines()
+    launcher = LaunchEachOp(fake, model)
+    with launcher, torch.no_grad():
+        with capture.annotate_modules(model), capturing(FakeCUDAGraph(fake)):
+            model(torch.randn(2, 4))
+        assert capture.get_kernel_stacks() == {}
+        here = os.path.dirname(os.path.abspath(__file__))
+        with capture.recording(stacks=True, stack_filter_paths=[here]), capturing(FakeCUDAGraph(fake)):
+            model(torch.randn(2, 4))
+    frames = [f for stack in capture.get_kernel_stacks().values() for f in stack]
+    assert frames and not any(f.startswith(here) for f in frames)
+    assert any("/torch/" in f for f in frames)  # torch's frames are no longer filtered
+    from cgfast.capture import _stacks
+
+    assert _stacks._mode == [] and _stacks._requests == []
+
+
+def test_saved_stacks_round_trip(fake, tmp_path):
+    model = TwoLines()
+    launcher = LaunchEachOp(fake, model)
+    with capture.annotate_modules(model, stacks=True), torch.no_grad(), launcher:
+        with capturing(FakeCUDAGraph(fake)):
+            model(torch.randn(2, 4))
+    path = tmp_path / "annotations.json"
+    capture.save_annotations(path)
+    from cgfast import annotations as annotation_files
+
+    assert annotation_files.load_stacks(path) == capture.get_kernel_stacks()
+    assert annotation_files.load_annotations(path) == dict(capture.get_kernel_annotations())
+
+
+def test_a_failing_listener_does_not_break_the_capture(fake, monkeypatch, caplog):
+    def broken():
+        raise RuntimeError("listener failed")
+
+    monkeypatch.setattr(state, "capture_listeners", [*state.capture_listeners, broken])
+    model = TwoLines()
+    g = FakeCUDAGraph(fake)
+    with capture.annotate_modules(model), torch.no_grad(), LaunchEachOp(fake, model):
+        with capturing(g):
+            model(torch.zeros(2, 4))
+    assert g.graph_exec is not None
+    assert "updating annotation hooks" in caplog.text
+    assert {a[0]["module"] for a in capture.get_kernel_annotations().values()} == {"lin", ""}

@@ -1,0 +1,105 @@
+"""Replay stamps and equivalent replays through the console script and
+``cgfast.annotate_file``: a trace without ``graph node id`` whose graphs launch
+identically."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import cgfast
+
+# Graphs 2 and 4: the same two kernels in the same order and shapes; 6 has another.
+GRAPHS = {
+    "2": {"names": ["_Z1kPf", "_Z1mPf"], "nodes": [[0, 0, 0, [], [4, 1, 1], [128, 1, 1]], [1, 0, 1, [0], [4, 1, 1], [128, 1, 1]]]},
+    "4": {"names": ["_Z1kPf", "_Z1mPf"], "nodes": [[0, 0, 0, [], [4, 1, 1], [128, 1, 1]], [1, 0, 1, [0], [4, 1, 1], [128, 1, 1]]]},
+    "6": {"names": ["_Z1zPf"], "nodes": [[0, 0, 0, [], [4, 1, 1], [128, 1, 1]]]},
+}
+
+
+def annotations(labels: dict) -> dict:
+    """``labels``: graph -> [annotation of node 0, of node 1]."""
+    nodes = {str(int(g) << 32 | local): [{"name": name}] for g, names in labels.items() for local, name in enumerate(names)}
+    return {"format": "cgfast-annotations", "version": 1, "annotations": nodes, "graphs": GRAPHS}
+
+
+def trace(stamps: list) -> dict:
+    """Three replays (correlations 5, 6, 7) of k then m, launched at 500, 1500, 2500
+    on thread 1; ``stamps``: (start, dur, name) ranges on that thread."""
+    events = [{"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": 1, "ts": start, "dur": dur, "args": {}} for start, dur, name in stamps]
+    for k, correlation in enumerate((5, 6, 7)):
+        ts = 1000 * k + 500
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 1, "tid": 1, "ts": ts, "dur": 1, "args": {"correlation": correlation}})
+        for i, name in enumerate(("k(float*)", "m(float*)")):
+            args = {"correlation": correlation, "grid": [4, 1, 1], "block": [128, 1, 1], "stream": 7}
+            events.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts + 10 * (i + 1), "dur": 5, "args": args})
+    return {"traceEvents": events}
+
+
+def annotate(tmp_path, trace_body: dict, labels: dict, *extra: str) -> tuple:
+    t = tmp_path / "t.json"
+    a = tmp_path / "a.json"
+    out = tmp_path / "out.json"
+    t.write_text(json.dumps(trace_body))
+    a.write_text(json.dumps(annotations(labels)))
+    done = subprocess.run([sys.executable, "-m", "cgfast", "annotate", str(t), "-a", str(a), "-o", str(out), "--json", *extra], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    kernels = [e for e in json.loads(out.read_text())["traceEvents"] if e.get("cat") == "kernel"]
+    return json.loads(done.stdout)["recovery"], [(e["args"].get("graph node id"), e["args"].get("name")) for e in kernels]
+
+
+DIFFERENT = {"2": ["attn", "mlp"], "4": ["attn", "other"]}
+STAMPS = [(400, 200, "cgfast.replay 4"), (1400, 200, "cgfast.replay 2"), (2400, 200, "cgfast.replay 4")]
+
+
+def test_stamps_tell_identical_graphs_apart(tmp_path):
+    recovery, kernels = annotate(tmp_path, trace(STAMPS), DIFFERENT)
+    g2, g4 = 2 << 32, 4 << 32
+    assert kernels == [(g4, "attn"), (g4 | 1, "other"), (g2, "attn"), (g2 | 1, "mlp"), (g4, "attn"), (g4 | 1, "other")]
+    assert (recovery["stamped_replays"], recovery["ambiguous_replays"], recovery["equivalent_replays"]) == (3, 0, 0)
+
+
+def test_topology_only_gives_the_previous_output(tmp_path):
+    recovery, kernels = annotate(tmp_path, trace(STAMPS), DIFFERENT, "--topology-only")
+    assert kernels == [(None, None)] * 6
+    assert recovery["ambiguous_replays"] == 3
+    assert "stamped_replays" not in recovery and "equivalent_replays" not in recovery
+
+
+def test_unstamped_replays_of_equally_annotated_graphs_are_annotated(tmp_path):
+    recovery, kernels = annotate(tmp_path, trace([]), {"2": ["attn", "mlp"], "4": ["attn", "mlp"]})
+    g2 = 2 << 32
+    assert kernels == [(g2, "attn"), (g2 | 1, "mlp")] * 3
+    assert (recovery["equivalent_replays"], recovery["recovered_replays"], recovery["ambiguous_replays"]) == (3, 3, 0)
+
+
+def test_malformed_and_untrusted_stamps_are_counted_never_an_error(tmp_path):
+    stamps = [(400, 200, "cgfast.replay x"), (1400, 200, "cgfast.replay 9"), (2400, 200, "cgfast.replay 6")]
+    recovery, kernels = annotate(tmp_path, trace(stamps), DIFFERENT)
+    assert kernels == [(None, None)] * 6
+    assert (recovery["malformed_stamps"], recovery["unknown_stamps"], recovery["unfit_stamps"], recovery["ambiguous_replays"]) == (1, 1, 1, 3)
+
+
+def test_annotate_file_takes_topology_only(tmp_path):
+    t = tmp_path / "t.json"
+    a = tmp_path / "a.json"
+    t.write_text(json.dumps(trace(STAMPS)))
+    a.write_text(json.dumps(annotations(DIFFERENT)))
+    exact = cgfast.annotate_file(str(t), annotations=str(a), output=str(tmp_path / "exact.json"))
+    alone = cgfast.annotate_file(str(t), annotations=str(a), output=str(tmp_path / "alone.json"), topology_only=True)
+    assert exact["recovery"]["stamped_replays"] == 3 and exact["annotated"] == 6
+    assert alone["recovery"]["ambiguous_replays"] == 3 and alone["annotated"] == 0
+
+
+@pytest.mark.parametrize("summary_format", ["table", "json"])
+def test_summary_counts_the_kernels_of_unresolved_replays(tmp_path, summary_format):
+    annotate(tmp_path, trace([]), DIFFERENT)
+    done = subprocess.run([sys.executable, "-m", "cgfast", "summary", str(tmp_path / "out.json"), "--format", summary_format], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    if summary_format == "json":
+        assert json.loads(done.stdout)["totals"]["unresolved_kernels"] == 6
+    else:
+        assert "unresolved     6 of them graph-launched" in done.stdout
