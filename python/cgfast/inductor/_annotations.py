@@ -38,7 +38,8 @@ _CONTAINER_ATTRS = frozenset({"_modules", "_parameters", "_buffers", "__dict__"}
 # Steps right after the root reference that reach a module without naming a child of
 # it: a closure cell, the module inside an `OptimizedModule`; so does an item right
 # after the reference (`L['args'][0]`: how a decorated `forward(*args)` reaches self).
-_REACHING_ATTRS = frozenset({"__closure__", "cell_contents", "_orig_mod", "__self__"})
+_WRAPPER_ATTR = "_orig_mod"
+_REACHING_ATTRS = frozenset({"__closure__", "cell_contents", _WRAPPER_ATTR, "__self__"})
 # Dynamo's alias of an imported Python module: what hangs off it is a function or a
 # module-like wrapper of one (transformers wraps `apply_rotary_pos_emb` so), never a
 # submodule of the compiled model.
@@ -116,8 +117,9 @@ class ModuleNames:
     """
 
     def __init__(self, nodes: Iterable[torch.fx.Node]) -> None:
+        self._nodes = list(nodes)
         outermost: dict[str, None] = {}
-        for node in nodes:
+        for node in self._nodes:
             stack = _stack(node)
             if stack and not _IMPORT_ALIAS.match(stack[0][0]):
                 outermost.setdefault(stack[0][0], None)
@@ -127,15 +129,38 @@ class ModuleNames:
             self._prefix = {roots[0]: ()}
         else:
             self._prefix = {base: _reference_name(base) for base in roots}
+        # Submodules compiled on their own are `OptimizedModule`s: Dynamo spells
+        # their module `block` in some entries and `block._orig_mod` in others,
+        # and only the latter (with what is below it) is in named_modules().
+        self._wrapped: set[ModulePath] = set()
+        for node in self._nodes:
+            for path in filter(None, map(self._raw_path, _stack(node))):
+                self._wrapped.update(
+                    path[:i] for i, part in enumerate(path) if part == _WRAPPER_ATTR and i
+                )
+
+    def _raw_path(self, entry: tuple[str, ModulePath]) -> Optional[ModulePath]:
+        prefix = self._prefix.get(entry[0])
+        return None if prefix is None else prefix + entry[1]
 
     def of(self, node: torch.fx.Node) -> Optional[ModulePath]:
         """The path of the innermost module of the root enclosing ``node`` (``()``
         for the root itself), or None when it has none."""
-        for base, steps in reversed(_stack(node)):
-            prefix = self._prefix.get(base)
-            if prefix is not None:
-                return prefix + steps
+        for entry in reversed(_stack(node)):
+            path = self._raw_path(entry)
+            if path is not None:
+                return self._unwrapped(path)
         return None
+
+    def _unwrapped(self, path: ModulePath) -> ModulePath:
+        if not self._wrapped:
+            return path
+        parts: list[str] = []
+        for i, part in enumerate(path):
+            parts.append(part)
+            if tuple(parts) in self._wrapped and path[i + 1 : i + 2] != (_WRAPPER_ATTR,):
+                parts.append(_WRAPPER_ATTR)
+        return tuple(parts)
 
 
 def common_ancestor(paths: Iterable[ModulePath]) -> Optional[ModulePath]:
