@@ -9,6 +9,7 @@ its op) alone.
 
 from __future__ import annotations
 
+import functools
 import operator
 import re
 import weakref
@@ -48,6 +49,7 @@ _IMPORT_ALIAS = re.compile(r"G\[(['\"])__import_")
 ModulePath = tuple[str, ...]
 
 
+@functools.lru_cache(maxsize=4096)
 def split_source(source: str) -> tuple[str, ModulePath]:
     """A module's ``nn_module_stack`` source name split into the reference reaching
     the module its path starts from and the child names below it:
