@@ -4,7 +4,9 @@ IR origins are noisy: a buffer's ``origins`` also hold the producers inlined int
 and, when a consumer forced its realisation, that consumer. So a kernel takes the
 ``origin_node`` of each buffer it computes plus those inlined origins that no other
 kernel computes; an extern kernel takes its ``origin_node`` (or the origins calling
-its op) alone.
+its op) alone. Its module is narrower: that of the nodes whose values the buffers it
+writes hold (``ModuleNames`` turns Dynamo's module stacks into names of the compiled
+root's ``named_modules()``); every other module its nodes touch goes to ``modules``.
 """
 
 from __future__ import annotations
@@ -179,7 +181,9 @@ def common_ancestor(paths: Iterable[ModulePath]) -> Optional[ModulePath]:
     return common
 
 
-def common_module(nodes: Iterable[torch.fx.Node], names: Optional[ModuleNames] = None) -> Optional[str]:
+def common_module(
+    nodes: Iterable[torch.fx.Node], names: Optional[ModuleNames] = None
+) -> Optional[str]:
     """The innermost module enclosing every node whose module is known; names are
     relative to the root ``names`` found (by default, the nodes' own)."""
     nodes = list(nodes)
