@@ -9,6 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cgfast.inductor._annotations import (  # noqa: E402
+    ModuleNames,
     annotation_of,
     common_module,
     computes,
@@ -98,3 +99,53 @@ def test_views_and_getitem_do_no_work():
     item = graph.call_function(operator.getitem, (x, 0))
     add = graph.call_function(torch.ops.aten.add.Tensor, (x, x))
     assert [computes(n) for n in (x, view, item, add)] == [False, False, False, True]
+
+
+def test_names_are_relative_to_the_root_and_pass_over_wrapped_functions():
+    root = "L['args'][0]"
+    norm, rope, top = _graph(
+        ("norm", _stack(f"{root}.model", f"{root}.model.layers[0].input_layernorm")),
+        (
+            "rope",
+            _stack(
+                f"{root}.model.layers[0].self_attn",
+                "G['__import_transformers_dot_models_dot_llama'].apply_rotary_pos_emb",
+            ),
+        ),
+        ("top", _stack(f"{root}.lm_head")),
+    )
+    names = ModuleNames([norm, rope, top])
+    assert names.of(norm) == ("model", "layers", "0", "input_layernorm")
+    assert names.of(rope) == ("model", "layers", "0", "self_attn")
+    assert common_module([norm, rope, top], names) is None  # the root: no module
+
+
+def test_a_function_over_two_models_names_each_by_its_variable():
+    enc, dec = _graph(
+        ("enc", _stack("G['enc'].layers[0]")),
+        ("dec", _stack("G['dec'].layers[0]")),
+    )
+    names = ModuleNames([enc, dec])
+    assert (names.of(enc), names.of(dec)) == (("enc", "layers", "0"), ("dec", "layers", "0"))
+
+
+def test_children_of_a_compiled_submodule_are_named_under_orig_mod():
+    a, b = _graph(
+        ("a", _stack("L['self'].block", "L['self'].block.inner")),
+        ("b", _stack("L['self'].block", "L['self'].block._orig_mod.inner.proj")),
+    )
+    names = ModuleNames([a, b])
+    assert names.of(a) == ("block", "_orig_mod", "inner")
+    assert names.of(b) == ("block", "_orig_mod", "inner", "proj")
+
+
+def test_module_is_that_of_the_written_nodes_and_modules_lists_the_rest():
+    embedding, norm = _graph(
+        ("embedding", _stack("L['self'].embed")),
+        ("mul", _stack("L['self'].layers[0]", "L['self'].layers[0].norm")),
+    )
+    assert annotation_of([embedding, norm], "k", False, written=[norm]) == {
+        "name": "embedding + mul",
+        "module": "layers.0.norm",
+        "modules": "embed + layers.0.norm",
+    }

@@ -36,6 +36,8 @@ HOOK_POINTS = (
     ("torch._inductor.virtualized", "V"),
     ("torch._inductor.cudagraph_trees", "CUDAGraphNode._record"),
     ("torch._inductor.compile_fx", "cudagraphify_impl"),
+    ("torch._inductor.codecache", "FxGraphHashDetails.__init__"),
+    ("torch._functorch._aot_autograd.autograd_cache", "AOTAutogradCacheDetails.__init__"),
 )
 
 
@@ -118,11 +120,12 @@ def install() -> bool:
             _state.update(installed=True, native=True)
             return False
         _check_torch()
-        from cgfast.inductor import _cudagraphs, _wrapper
+        from cgfast.inductor import _cache_key, _cudagraphs, _wrapper
 
         _config.register_entries()
         _register_wrappers()
         _wrapper.install_scheduler_hook()
         _cudagraphs.install()
+        _cache_key.install()
         _state["installed"] = True
         return True
