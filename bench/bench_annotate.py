@@ -8,7 +8,11 @@ its gzip:
 * the reference: PyTorch 2.13.0's ``torch/cuda/_annotate_cuda_graph_trace.py`` run as a
   script (standard library only; fetched by ``tools/torch_reference.py``), annotations
   from the pickle it reads;
-* ``cgfast annotate`` (the release binary), annotations from cgfast's JSON.
+* ``cgfast annotate`` (the release binary), annotations from cgfast's JSON, with
+  ``--spans none`` so that both write the same output (``--spans module``, cgfast's
+  default, adds scope spans the reference does not write: on these traces, where every
+  kernel has a module of its own, about two spans per kernel, the worst case;
+  ``bench/bench_spans.py`` measures spans on traces shaped like real ones).
 
 and prints wall time, peak RSS and MB/s (of decompressed JSON) for both, and the ratios.
 Inputs are flushed and read into the page cache before each case; cgfast's figure is the
@@ -101,14 +105,14 @@ def timed_runs(argv: list[str], output: Path, runs: int) -> list[tuple[float, in
     return results
 
 
-def run_pair(trace: Path, ann_json: Path, ann_pkl: Path, json_bytes: int, reference: str, with_reference: bool, runs: int) -> dict:
+def run_pair(trace: Path, ann_json: Path, ann_pkl: Path, json_bytes: int, reference: str, with_reference: bool, runs: int, spans: str) -> dict:
     out_dir = trace.parent / "out"
     out_dir.mkdir(exist_ok=True)
     suffix = ".json.gz" if trace.name.endswith(".gz") else ".json"
     row = {"input": trace.name, "input_mb": trace.stat().st_size / 1e6, "json_mb": json_bytes / 1e6}
     settle([trace, ann_json, ann_pkl])
     ours = out_dir / f"cgfast{suffix}"
-    ours_argv = [cgfast_binary(), "annotate", str(trace), "-a", str(ann_json), "-o", str(ours), "--no-progress"]
+    ours_argv = [cgfast_binary(), "annotate", str(trace), "-a", str(ann_json), "-o", str(ours), "--no-progress", "--spans", spans]
     # cgfast's runs go half before and half after the reference's, so that both meet the
     # same stretch of a machine whose speed drifts
     before = (runs + 1) // 2 if with_reference else runs
@@ -134,6 +138,7 @@ def main() -> None:
     p.add_argument("--sizes", default="200,1000", help="trace sizes in MB of JSON (comma separated)")
     p.add_argument("--json", type=Path, help="also write the results here")
     p.add_argument("--runs", type=int, default=3, help="cgfast runs per case (the fastest counts; the reference runs once)")
+    p.add_argument("--spans", default="none", help="cgfast's --spans (default none: the reference's output; module: cgfast's default)")
     a = p.parse_args()
     reference = str(reference_path())
     sizes = [int(s) for s in a.sizes.split(",")]
@@ -143,10 +148,10 @@ def main() -> None:
         trace, ann_json, ann_pkl = datasets[(size, True)]
         json_bytes = trace.stat().st_size
         for path in (trace, trace.with_name("trace.json.gz")):
-            rows.append({"case": f"{size} MB {'gzip' if path.suffix == '.gz' else 'plain'}", **run_pair(path, ann_json, ann_pkl, json_bytes, reference, True, a.runs)})
+            rows.append({"case": f"{size} MB {'gzip' if path.suffix == '.gz' else 'plain'}", **run_pair(path, ann_json, ann_pkl, json_bytes, reference, True, a.runs, a.spans)})
         ids = rows[-2]
         noids_trace, noids_json, noids_pkl = datasets[(size, False)]
-        recovered = run_pair(noids_trace, noids_json, noids_pkl, noids_trace.stat().st_size, reference, False, a.runs)
+        recovered = run_pair(noids_trace, noids_json, noids_pkl, noids_trace.stat().st_size, reference, False, a.runs, a.spans)
         rows.append({"case": f"{size} MB plain, ids recovered", **recovered, "overhead": recovered["cgfast_s"] / ids["cgfast_s"] * (json_bytes / noids_trace.stat().st_size) - 1})
 
     print()
@@ -164,7 +169,7 @@ def main() -> None:
     print("memory: reference peak RSS / cgfast peak RSS. cgfast's runs, in seconds:")
     for r in rows:
         print(f"  {r['case']:<28} {' '.join(f'{t:.2f}' for t in r['cgfast_runs_s'])}")
-    print(f"machine: {os.cpu_count()} cores; reference: {reference}")
+    print(f"machine: {os.cpu_count()} cores; reference: {reference}; cgfast --spans {a.spans}")
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1))
 
