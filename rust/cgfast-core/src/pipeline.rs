@@ -223,6 +223,7 @@ pub fn annotate_file(
         editor: Editor::default(),
         ts_text: String::new(),
         node_text: String::new(),
+        graph_text: String::new(),
         edits: EventEdits::default(),
     };
 
@@ -418,6 +419,7 @@ struct Rewriting<'a> {
     editor: Editor,
     ts_text: String,
     node_text: String,
+    graph_text: String,
     edits: EventEdits<'static>,
     /// Write `args["original_stream"]` on the events that change lanes.
     original_stream: bool,
@@ -467,7 +469,14 @@ impl Rewriting<'_> {
             self.ts_text.push_str(&t.to_json());
             edits.top.push(Set { key: "ts", quoted_key: "\"ts\"", value: &self.ts_text });
         }
-        if let Some(n) = node {
+        self.graph_text.clear();
+        // in a trace of split ids a recovered id is written back split: the graph id
+        // and the local id below 2^32
+        let split = node.filter(|&n| index.split_ids && n >> 32 > 0);
+        if let Some(n) = split {
+            write!(self.graph_text, "{}", n >> 32).expect("writing to a String");
+            write!(self.node_text, "{}", n & 0xFFFF_FFFF).expect("writing to a String");
+        } else if let Some(n) = node {
             write!(self.node_text, "{n}").expect("writing to a String");
         }
         let writes = annotation.and_then(|n| self.writes.get(&n));
@@ -480,7 +489,15 @@ impl Rewriting<'_> {
         let original_text = original.map(|lane| self.lane_json[lane as usize].as_str());
         args_writes(&mut edits.args, node_text, writes, run.is_none(), lane_text);
         push_original_stream(&mut edits.args, original_text);
-        if !edit::splice(original_bytes, &places, &edits, run.map_or("", |w| &w.run), out) {
+        if split.is_some() {
+            // the event may hold a "graph id" already, which only a parsed edit replaces
+            args_writes(&mut edits.args, node_text, writes, true, lane_text);
+            push_original_stream(&mut edits.args, original_text);
+            edits.args.insert(0, Set { key: "graph id", quoted_key: "\"graph id\"", value: &self.graph_text });
+            if !self.editor.apply(original_bytes, &edits, out) {
+                out.extend_from_slice(original_bytes);
+            }
+        } else if !edit::splice(original_bytes, &places, &edits, run.map_or("", |w| &w.run), out) {
             // where a splice fails, it fails for the writes in any form
             if run.is_some() {
                 args_writes(&mut edits.args, node_text, writes, true, lane_text);
