@@ -67,3 +67,32 @@ def test_summary_counts_local_node_zero_as_graphed(tk, tmp_path):
     assert rows["op0"]["kernels"] == 2, "local id 0 with a graph id is graphed"
     assert sum(r["kernels"] for r in rows.values()) == 8, "the eager kernel is not summarised"
     assert set(rows) == {"op0", "op1", "op2", "op3"}
+
+
+def test_recovered_ids_are_written_split_where_the_trace_splits_its_ids(tmp_path):
+    """Cuspy writes ``graph id`` and ``graph node id`` together on every graphed event
+    (both where the packed id is not 0), so a Cuspy trace whose kernels lack ids lacks
+    both; recovery writes them back split when the trace's other events are split."""
+    from test_trace_replay_stamps import DIFFERENT, STAMPS, annotations, trace
+
+    body = trace(STAMPS)
+    # a memset of graph 6 as Cuspy writes it: the trace's ids are split
+    body["traceEvents"].append({"ph": "X", "cat": "gpu_memset", "name": "Memset", "pid": 0, "tid": 7, "ts": 4000, "dur": 1,
+                                "args": {"correlation": 9, "stream": 7, **cuspy_args(6 << 32 | 0, 9)}})
+    t, a, out = tmp_path / "t.json", tmp_path / "a.json", tmp_path / "o.json"
+    t.write_text(json.dumps(body))
+    a.write_text(json.dumps(annotations(DIFFERENT)))
+    report = cgfast.annotate_file(t, annotations=a, output=out, spans=None)
+    assert report["recovery"]["recovered_events"] == 6
+    kernels = [e["args"] for e in json.loads(out.read_text())["traceEvents"] if e.get("cat") == "kernel"]
+    assert [(k["graph id"], k["graph node id"], k["name"]) for k in kernels] == [(4, 0, "attn"), (4, 1, "other"), (2, 0, "attn"), (2, 1, "mlp"), (4, 0, "attn"), (4, 1, "other")]
+    # read again, the split fields join to the same nodes: annotating the output recovers nothing
+    again = cgfast.annotate_file(out, annotations=a, output=tmp_path / "o2.json", spans=None)
+    assert again["recovery"]["recovered_events"] == 0 and again["annotated"] == 6
+    # without a split event the recovered ids are written whole, as before
+    body["traceEvents"].pop()
+    t.write_text(json.dumps(body))
+    cgfast.annotate_file(t, annotations=a, output=out, spans=None)
+    kernels = [e["args"] for e in json.loads(out.read_text())["traceEvents"] if e.get("cat") == "kernel"]
+    assert [k["graph node id"] for k in kernels] == [4 << 32, 4 << 32 | 1, 2 << 32, 2 << 32 | 1, 4 << 32, 4 << 32 | 1]
+    assert not any("graph id" in k for k in kernels)

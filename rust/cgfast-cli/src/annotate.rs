@@ -49,6 +49,11 @@ pub struct Args {
     /// run of a replay's events on a lane sharing a prefix of its value); `none`: no spans.
     #[arg(long, default_value = cgfast_core::pipeline::DEFAULT_SPANS, value_name = "KEY")]
     spans: String,
+    /// Move graphed events to the lanes their annotations name (`all`, keeping the lane
+    /// they ran on as args.original_stream), or leave every lane as recorded (`none`,
+    /// writing a named lane as args.annotated_stream), as torch 2.15's graph_lanes.
+    #[arg(long, value_parser = ["all", "none"], default_value = "all")]
+    lanes: String,
     /// Recover node ids by the recorded topology alone: ignore `cgfast.replay` stamps
     /// and leave replays that several graphs fit unannotated, even where all agree.
     #[arg(long)]
@@ -81,6 +86,7 @@ impl Args {
             gzip_level: self.gzip_level,
             spans: (self.spans != "none").then(|| self.spans.clone()),
             topology_only: self.topology_only,
+            lanes: cgfast_core::pipeline::Lanes::parse(&self.lanes).expect("clap checks the value"),
         }
     }
 

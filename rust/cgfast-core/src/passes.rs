@@ -154,6 +154,12 @@ pub fn annotate(index: &mut TraceIndex, annotations: &impl Lookup, default_strea
 /// Step 2 of `annotate_trace` for the events alone: each takes the lane its annotation
 /// asks for, or `default_stream`. How many were annotated.
 pub fn relane(index: &mut TraceIndex, annotations: &impl Lookup, default_stream: i64, link: FlowLink) -> u64 {
+    relane_with(index, annotations, default_stream, link, true)
+}
+
+/// [`relane`], or with `moves` false only the counting and marking: every event keeps
+/// the lane it ran on (`--lanes none`).
+pub fn relane_with(index: &mut TraceIndex, annotations: &impl Lookup, default_stream: i64, link: FlowLink, moves: bool) -> u64 {
     let mut annotated = 0;
     let mut lanes: HashMap<i64, KeyId> = HashMap::default();
     for i in 0..index.events.len() {
@@ -167,6 +173,9 @@ pub fn relane(index: &mut TraceIndex, annotations: &impl Lookup, default_stream:
                 index.events[i].set_annotated();
                 stream = asked;
             }
+        }
+        if !moves {
+            continue;
         }
         let stream = stream.unwrap_or(default_stream);
         let lane = *lanes.entry(stream).or_insert_with(|| index.keys.id(Key::Int(stream)));

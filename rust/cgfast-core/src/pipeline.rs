@@ -34,6 +34,30 @@ pub struct Options {
     pub spans: Option<String>,
     /// Recover by the recorded topology alone: no replay stamps, no equivalent replays.
     pub topology_only: bool,
+    pub lanes: Lanes,
+}
+
+/// Whether graphed events move to the lanes their annotations name (torch 2.15's
+/// `graph_lanes`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Lanes {
+    /// Move them (the reference's behaviour); a moved event keeps the lane it ran on as
+    /// `args["original_stream"]`.
+    #[default]
+    All,
+    /// Move none for annotations; a stream an annotation names is written as
+    /// `args["annotated_stream"]`. The overlap lane and timestamp repair still apply.
+    None,
+}
+
+impl Lanes {
+    pub fn parse(text: &str) -> Option<Lanes> {
+        match text {
+            "all" => Some(Lanes::All),
+            "none" => Some(Lanes::None),
+            _ => None,
+        }
+    }
 }
 
 /// The key whose scopes get spans unless told otherwise.
@@ -41,7 +65,7 @@ pub const DEFAULT_SPANS: &str = "module";
 
 impl Default for Options {
     fn default() -> Self {
-        Options { default_stream: 7, overlap_stream: 8, max_adjust_us: 1.0, recover: Recover::Auto, gzip_level: 3, spans: Some(DEFAULT_SPANS.into()), topology_only: false }
+        Options { default_stream: 7, overlap_stream: 8, max_adjust_us: 1.0, recover: Recover::Auto, gzip_level: 3, spans: Some(DEFAULT_SPANS.into()), topology_only: false, lanes: Lanes::All }
     }
 }
 
@@ -78,6 +102,12 @@ pub struct Report {
     /// Size of its JSON (decompressed).
     pub json_bytes: u64,
     pub seconds: f64,
+}
+
+fn push_original_stream<'b>(args: &mut Vec<Set<'b>>, lane: Option<&'b str>) {
+    if let Some(lane) = lane {
+        args.push(Set { key: "original_stream", quoted_key: "\"original_stream\"", value: lane });
+    }
 }
 
 impl Report {
@@ -187,11 +217,13 @@ pub fn annotate_file(
     let mut rewriting = Rewriting {
         index: &index,
         layout: &layout,
-        writes: resolved.iter().map(|(&node, r)| (node, Writes::new(&r.writes))).collect(),
+        writes: resolved.iter().map(|(&node, r)| (node, node_writes(r, options.lanes))).collect(),
+        original_stream: options.lanes == Lanes::All,
         lane_json: (0..index.keys.count() as KeyId).map(|id| index.keys.to_json(index.keys.key(id))).collect(),
         editor: Editor::default(),
         ts_text: String::new(),
         node_text: String::new(),
+        graph_text: String::new(),
         edits: EventEdits::default(),
     };
 
@@ -249,7 +281,7 @@ pub fn annotate_file(
 fn annotate_and_fix(index: &mut TraceIndex, resolved: &HashMap<NodeId, Resolved>, options: &Options) -> (passes::Annotated, u64, passes::Fixed) {
     let link = FlowLink::Follow;
     let lane_passes = LanePasses { overlap: Some((options.default_stream, options.overlap_stream)), max_adjust_us: Some(options.max_adjust_us), odd: OddEvents::Skip };
-    let annotated = passes::relane(index, resolved, options.default_stream, link);
+    let annotated = passes::relane_with(index, resolved, options.default_stream, link, options.lanes == Lanes::All);
     let parallel = crate::io::threads() > 1;
     let shared = &*index;
     let (visits, plan) = both(parallel, || passes::FlowVisits::find(shared, link), || LanePlan::gather(shared, lane_passes));
@@ -387,7 +419,22 @@ struct Rewriting<'a> {
     editor: Editor,
     ts_text: String,
     node_text: String,
+    graph_text: String,
     edits: EventEdits<'static>,
+    /// Write `args["original_stream"]` on the events that change lanes.
+    original_stream: bool,
+}
+
+/// A node's writes: with `--lanes none` its `stream` becomes `annotated_stream`, an
+/// integer, as torch 2.15 writes it for an event it does not move.
+fn node_writes(r: &Resolved, lanes: Lanes) -> Writes {
+    match (lanes, r.stream) {
+        (Lanes::None, Some(stream)) => {
+            let kept: Vec<(String, String)> = r.writes.iter().filter(|(k, _)| k != "stream").cloned().collect();
+            Writes::new(&kept).with_raw("annotated_stream", &stream.to_string())
+        }
+        _ => Writes::new(&r.writes),
+    }
 }
 
 /// An empty list that reuses the allocation of `sets` (collecting a vector's own
@@ -399,17 +446,18 @@ fn recycle<'b>(mut sets: Vec<Set<'_>>) -> Vec<Set<'b>> {
 
 impl Rewriting<'_> {
     /// Write the edited form of tracked event (or flow) `id` into `out`.
-    fn edit(&mut self, id: usize, original: &[u8], out: &mut Vec<u8>) {
+    fn edit(&mut self, id: usize, original_bytes: &[u8], out: &mut Vec<u8>) {
         use std::fmt::Write;
         let index = self.index;
-        let (tid, ts, stream, node, annotation, places) = if id < index.events.len() {
+        let (tid, ts, stream, node, annotation, places, original) = if id < index.events.len() {
             let e = &index.events[id];
-            (e.moved_to(), e.new_ts(), e.new_lane(), e.recovered_node(), e.annotation(), self.layout.event_places[id])
+            let original = (self.original_stream && e.moved_to().is_some()).then_some(e.tid);
+            (e.moved_to(), e.new_ts(), e.new_lane(), e.recovered_node(), e.annotation(), self.layout.event_places[id], original)
         } else {
             let j = id - index.events.len();
             let f = &index.flows[j];
             let (tid, ts) = flow_place(index, f);
-            ((tid != f.tid).then_some(tid), ts, None, None, None, self.layout.flow_places[j].places())
+            ((tid != f.tid).then_some(tid), ts, None, None, None, self.layout.flow_places[j].places(), None)
         };
         self.ts_text.clear();
         self.node_text.clear();
@@ -421,22 +469,42 @@ impl Rewriting<'_> {
             self.ts_text.push_str(&t.to_json());
             edits.top.push(Set { key: "ts", quoted_key: "\"ts\"", value: &self.ts_text });
         }
-        if let Some(n) = node {
+        self.graph_text.clear();
+        // in a trace of split ids a recovered id is written back split: the graph id
+        // and the local id below 2^32
+        let split = node.filter(|&n| index.split_ids && n >> 32 > 0);
+        if let Some(n) = split {
+            write!(self.graph_text, "{}", n >> 32).expect("writing to a String");
+            write!(self.node_text, "{}", n & 0xFFFF_FFFF).expect("writing to a String");
+        } else if let Some(n) = node {
             write!(self.node_text, "{n}").expect("writing to a String");
         }
         let writes = annotation.and_then(|n| self.writes.get(&n));
         // the writes to keys spliced in place, and the rest as one run, where it fits
-        let run = writes.filter(|w| w.run_fits(&places, stream.is_some()));
+        // an original_stream goes last, so the run (which a splice appends after the
+        // listed writes) is not used with it
+        let run = writes.filter(|w| original.is_none() && w.run_fits(&places, stream.is_some()));
         let node_text = node.map(|_| self.node_text.as_str());
         let lane_text = stream.map(|lane| self.lane_json[lane as usize].as_str());
+        let original_text = original.map(|lane| self.lane_json[lane as usize].as_str());
         args_writes(&mut edits.args, node_text, writes, run.is_none(), lane_text);
-        if !edit::splice(original, &places, &edits, run.map_or("", |w| &w.run), out) {
+        push_original_stream(&mut edits.args, original_text);
+        if split.is_some() {
+            // the event may hold a "graph id" already, which only a parsed edit replaces
+            args_writes(&mut edits.args, node_text, writes, true, lane_text);
+            push_original_stream(&mut edits.args, original_text);
+            edits.args.insert(0, Set { key: "graph id", quoted_key: "\"graph id\"", value: &self.graph_text });
+            if !self.editor.apply(original_bytes, &edits, out) {
+                out.extend_from_slice(original_bytes);
+            }
+        } else if !edit::splice(original_bytes, &places, &edits, run.map_or("", |w| &w.run), out) {
             // where a splice fails, it fails for the writes in any form
             if run.is_some() {
                 args_writes(&mut edits.args, node_text, writes, true, lane_text);
+                push_original_stream(&mut edits.args, original_text);
             }
-            if !self.editor.apply(original, &edits, out) {
-                out.extend_from_slice(original);
+            if !self.editor.apply(original_bytes, &edits, out) {
+                out.extend_from_slice(original_bytes);
             }
         }
         self.edits = EventEdits { top: recycle(edits.top), args: recycle(edits.args) };

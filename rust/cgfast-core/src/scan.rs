@@ -275,6 +275,7 @@ fn observe(buf: &[u8], raw: &Raw, ordinal: u32, index: &mut TraceIndex) -> Kept 
         Ph::Other
     };
     let node = if raw.args_object { node_of(buf, raw.gni, raw.graph_id) } else { Node::Missing };
+    index.split_ids |= raw.args_object && raw.graph_id.is_some();
     let (tid, tid_spelling) = spelled_key(buf, raw.tid, &mut index.keys);
     if !(is_tracked(cat, ph, node) || (cat == Cat::CpuAnnotation && names_a_stamp(buf, raw.name))) {
         index.event_count += 1;

@@ -512,6 +512,9 @@ pub struct TraceIndex {
     pub stamps: Vec<Stamp>,
     /// Ranges named `cgfast.replay...` that name no graph, or have no start or duration.
     pub malformed_stamps: u64,
+    /// Some event's `args` has a `"graph id"`: the trace splits its node ids as torch
+    /// 2.15's Cuspy profiler does, and recovered ones are written back split too.
+    pub split_ids: bool,
     pub keys: Keys,
     pub names: Strings,
     pub shapes: Vec<[u32; 6]>,
@@ -719,6 +722,7 @@ impl TraceIndex {
         self.graph_launches.extend(std::mem::take(&mut next.graph_launches));
         self.event_count += next.event_count;
         self.malformed_stamps += std::mem::take(&mut next.malformed_stamps);
+        self.split_ids |= next.split_ids;
         let r = Renames { keys, names, shapes, offset };
         self.launches.extend(next.launches.drain(..).map(|l| Launch { pid: r.key(l.pid), tid: r.key(l.tid), ..l }));
         self.stamps.extend(next.stamps.drain(..).map(|s| Stamp { pid: r.key(s.pid), tid: r.key(s.tid), ..s }));

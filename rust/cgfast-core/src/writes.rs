@@ -44,6 +44,15 @@ impl Writes {
         Writes { all, in_place, run }
     }
 
+    /// These writes and then `key` with `json` written as it is (not as a string).
+    pub fn with_raw(mut self, key: &str, json: &str) -> Writes {
+        self.all.retain(|w| w.0 != key);
+        self.all.push((key.to_string(), quote(key), json.to_string()));
+        let run: Vec<String> = self.all.iter().filter(|w| !IN_PLACE.contains(&w.0.as_str())).map(|(_, k, v)| format!("{k}: {v}")).collect();
+        self.run = run.join(", ");
+        self
+    }
+
     fn writes_key(&self, key: &str) -> bool {
         self.in_place.iter().any(|w| w.0 == key)
     }

@@ -42,7 +42,10 @@ fn recover_mode(name: &str) -> PyResult<Recover> {
 /// recover missing graph node ids (`recover`: "auto", "always" or "never";
 /// `topology_only` ignores `cgfast.replay` stamps and equivalent replays, as before
 /// they existed; `spans`: the dotted annotation key whose scopes get
-/// `gpu_user_annotation` spans on the GPU lanes, None or "none" for none).
+/// `gpu_user_annotation` spans on the GPU lanes, None or "none" for none; `lanes`:
+/// "all" moves graphed events to their annotated lanes and keeps the lane each ran on
+/// as `args["original_stream"]`, "none" moves none and writes a named lane as
+/// `args["annotated_stream"]`).
 ///
 /// `annotations`: a path to an annotation file (JSON, optionally gzipped, or a
 /// PyTorch pickle), a dict of node id -> list, or None to find
@@ -52,10 +55,8 @@ fn recover_mode(name: &str) -> PyResult<Recover> {
 /// dict. Raises `TraceError` for a trace or annotation file that cannot be processed,
 /// ValueError for bad options, and KeyboardInterrupt (after cleaning up) on Ctrl-C.
 #[pyfunction]
-#[pyo3(signature = (trace, annotations = None, output = None, *, default_stream = 7, overlap_stream = 8, max_adjust_us = 1.0, recover = "auto", gzip_level = 3, topology_only = false, spans = Some(pipeline::DEFAULT_SPANS.to_string())))]
-#[pyo3(
-    text_signature = "(trace, annotations=None, output=None, *, default_stream=7, overlap_stream=8, max_adjust_us=1.0, recover='auto', gzip_level=3, topology_only=False, spans='module')"
-)]
+#[pyo3(signature = (trace, annotations = None, output = None, *, default_stream = 7, overlap_stream = 8, max_adjust_us = 1.0, recover = "auto", gzip_level = 3, topology_only = false, spans = Some(pipeline::DEFAULT_SPANS.to_string()), lanes = "all"))]
+#[pyo3(text_signature = "(trace, annotations=None, output=None, *, default_stream=7, overlap_stream=8, max_adjust_us=1.0, recover='auto', gzip_level=3, topology_only=False, spans='module', lanes='all')")]
 #[allow(clippy::too_many_arguments)]
 pub fn annotate_file<'py>(
     py: Python<'py>,
@@ -69,6 +70,7 @@ pub fn annotate_file<'py>(
     gzip_level: u32,
     topology_only: bool,
     spans: Option<String>,
+    lanes: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
     let started = Instant::now();
     let trace = path_of(trace)?.ok_or_else(|| PyValueError::new_err("trace must be a path"))?;
@@ -78,6 +80,7 @@ pub fn annotate_file<'py>(
     if spans.as_deref() == Some("") {
         return Err(PyValueError::new_err("spans must be an annotation key, or None for no spans"));
     }
+    let lanes = pipeline::Lanes::parse(lanes).ok_or_else(|| PyValueError::new_err(format!("lanes must be 'all' or 'none', not {lanes:?}")))?;
     let (annotations_path, annotations): (Option<PathBuf>, Annotations) = match annotations {
         Some(a) if !a.is_none() && a.cast::<PyString>().is_err() && a.hasattr("items")? => (None, annotations_of(a, None)?),
         Some(a) if !a.is_none() => {
@@ -98,7 +101,7 @@ pub fn annotate_file<'py>(
         None => None,
     }
     .unwrap_or_else(|| default_output(&trace));
-    let options = Options { default_stream, overlap_stream, max_adjust_us, recover: recover_mode(recover)?, gzip_level, topology_only, spans: spans.filter(|key| key != "none") };
+    let options = Options { default_stream, overlap_stream, max_adjust_us, recover: recover_mode(recover)?, gzip_level, topology_only, spans: spans.filter(|key| key != "none"), lanes };
     let (result, raised) = interruptible(py, || pipeline::annotate_file(&trace, &annotations, &output, &options, &mut |_, _, _| {}))?;
     if let Some(e) = raised {
         return Err(e);
