@@ -634,6 +634,7 @@ pub(crate) mod tests {
                 args_stream: None,
                 args_name_is_stream: e.stream_name,
                 scope_span: false,
+                replay_marker: crate::trace::ReplayMarker::None,
                 correlation: None,
                 grid_block: None,
             };
@@ -731,6 +732,7 @@ pub(crate) mod tests {
                 args_stream: None,
                 args_name_is_stream: false,
                 scope_span: false,
+                replay_marker: crate::trace::ReplayMarker::None,
                 correlation: None,
                 grid_block: None,
             };

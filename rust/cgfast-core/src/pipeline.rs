@@ -16,7 +16,7 @@ use crate::recover::{self, Recover, Recovery};
 use crate::rewrite::{self, Action, Change};
 use crate::scan::{self, ScanFailure, WriteKeys};
 use crate::spans;
-use crate::trace::{Flow, NodeId, TraceIndex, NONE};
+use crate::trace::{Flow, NodeId, ReplayMarker, TraceIndex, NONE};
 use crate::writes::{args_writes, Writes};
 
 /// Plain outputs of traces from this size on get their blocks reserved, and bypass the
@@ -402,8 +402,10 @@ impl Rewriting<'_> {
     fn edit(&mut self, id: usize, original: &[u8], out: &mut Vec<u8>) {
         use std::fmt::Write;
         let index = self.index;
+        let mut marker = None;
         let (tid, ts, stream, node, annotation, places) = if id < index.events.len() {
             let e = &index.events[id];
+            marker = e.replay_marker_change();
             (e.moved_to(), e.new_ts(), e.new_lane(), e.recovered_node(), e.annotation(), self.layout.event_places[id])
         } else {
             let j = id - index.events.len();
@@ -430,13 +432,28 @@ impl Rewriting<'_> {
         let node_text = node.map(|_| self.node_text.as_str());
         let lane_text = stream.map(|lane| self.lane_json[lane as usize].as_str());
         args_writes(&mut edits.args, node_text, writes, run.is_none(), lane_text);
-        if !edit::splice(original, &places, &edits, run.map_or("", |w| &w.run), out) {
+        let marker_json = marker.and_then(|m| m.json());
+        if let Some(value) = marker_json {
+            edits.args.push(Set { key: "cgfast", quoted_key: "\"cgfast\"", value });
+        }
+        // a marker may replace one an earlier run wrote: only the parsing editor finds it
+        if marker.is_some() || !edit::splice(original, &places, &edits, run.map_or("", |w| &w.run), out) {
             // where a splice fails, it fails for the writes in any form
             if run.is_some() {
                 args_writes(&mut edits.args, node_text, writes, true, lane_text);
+                if let Some(value) = marker_json {
+                    edits.args.push(Set { key: "cgfast", quoted_key: "\"cgfast\"", value });
+                }
             }
+            let start = out.len();
             if !self.editor.apply(original, &edits, out) {
                 out.extend_from_slice(original);
+            } else if marker == Some(ReplayMarker::None) {
+                // the replay is resolved now: the earlier run's marker goes
+                let edited = out.split_off(start);
+                if !edit::drop_arg(&edited, "cgfast", out) {
+                    out.extend_from_slice(&edited);
+                }
             }
         }
         self.edits = EventEdits { top: recycle(edits.top), args: recycle(edits.args) };
