@@ -460,9 +460,6 @@ pub fn recover_with(index: &mut TraceIndex, annotations: &Annotations, mode: Rec
         report.unmatched_replays = report.replays;
         report.unmatched_events = replays.values().map(|r| r.len() as u64).sum();
         report.unresolved_events = report.unmatched_events;
-        if exact {
-            mark(index, replays.values().flatten().copied(), ReplayMarker::Unmatched);
-        }
         return report;
     }
 
