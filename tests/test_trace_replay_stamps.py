@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -158,3 +159,35 @@ def test_topology_only_writes_no_markers_and_summary_keeps_unresolved(tmp_path):
     assert '"cgfast"' not in (tmp_path / "out.json").read_text()
     totals = summary_json(tmp_path / "out.json")
     assert totals["unresolved_kernels"] == 6 and "ambiguous_replay_kernels" not in totals
+
+
+EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*/000000.h200.pt.trace.json.gz"))
+
+
+def annotate_both_ways(trace_path, annotations_path, tmp_path, name) -> tuple:
+    """``trace_path`` annotated as is and with ``--topology-only``: both outputs' bytes."""
+    outs = []
+    for extra in ([], ["--topology-only"]):
+        out = tmp_path / f"{name}{len(extra)}.json"
+        done = subprocess.run([sys.executable, "-m", "cgfast", "annotate", str(trace_path), "-a", str(annotations_path), "-o", str(out), *extra], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        outs.append(out.read_bytes())
+    return outs
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.parent.name)
+def test_fully_recovered_examples_get_no_markers(example, tmp_path):
+    # every replay of the H200 examples is recovered: no marker, the output of before
+    exact, alone = annotate_both_ways(example, next(example.parent.glob("kernel_annotations_*.json")), tmp_path, "out")
+    assert exact == alone
+    assert b'"ambiguous replay"' not in exact and b'"unmatched replay"' not in exact
+
+
+def test_traces_with_node_ids_and_the_h200_fixtures_get_no_markers(tk, h200, tmp_path):
+    generated = tmp_path / "gen.json"
+    annotations = tk.write_json_annotations(tmp_path / "gen_ann.json", tk.generate(generated))
+    fixture_annotations = tk.write_json_annotations(tmp_path / "ann.json", {8589934592: [{"name": "x", "stream": 60}], 5: ["label"]})
+    for trace_path, ann in [(generated, annotations)] + [(f, fixture_annotations) for f in h200]:
+        exact, alone = annotate_both_ways(trace_path, ann, tmp_path, trace_path.name)
+        assert exact == alone, trace_path
+        assert b'"ambiguous replay"' not in exact and b'"unmatched replay"' not in exact
