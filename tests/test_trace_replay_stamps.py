@@ -153,6 +153,18 @@ def test_annotating_the_output_again_keeps_or_drops_the_markers(tmp_path):
     assert "ambiguous_replay_kernels" not in summary_json(tmp_path / "out.json")
 
 
+def test_a_changed_verdict_replaces_the_marker(tmp_path):
+    # first with graph 6 alone: every replay unmatched; then the output again with the twins
+    t, a, out = tmp_path / "t.json", tmp_path / "a.json", tmp_path / "out.json"
+    t.write_text(json.dumps(trace([])))
+    a.write_text(json.dumps({"format": "cgfast-annotations", "version": 1, "annotations": {}, "graphs": {"6": GRAPHS["6"]}}))
+    done = subprocess.run([sys.executable, "-m", "cgfast", "annotate", str(t), "-a", str(a), "-o", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert markers(out) == ["unmatched replay"] * 6
+    annotate(tmp_path, json.loads(out.read_text()), DIFFERENT)
+    assert markers(out) == ["ambiguous replay"] * 6
+    assert out.read_text().count('"cgfast"') == 6
+
 def test_topology_only_writes_no_markers_and_summary_keeps_unresolved(tmp_path):
     annotate(tmp_path, trace([]), DIFFERENT, "--topology-only")
     assert markers(tmp_path / "out.json") == [None] * 6
