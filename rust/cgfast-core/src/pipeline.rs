@@ -448,8 +448,9 @@ impl Rewriting<'_> {
             let start = out.len();
             if !self.editor.apply(original, &edits, out) {
                 out.extend_from_slice(original);
-            } else if marker == Some(ReplayMarker::None) {
-                // the replay is resolved now: the earlier run's marker goes
+            } else if marker == Some(ReplayMarker::None) && !writes.is_some_and(|w| w.writes_key("cgfast")) {
+                // the replay is resolved now: the earlier run's marker goes (unless the
+                // annotation itself writes that key)
                 let edited = out.split_off(start);
                 if !edit::drop_arg(&edited, "cgfast", out) {
                     out.extend_from_slice(&edited);

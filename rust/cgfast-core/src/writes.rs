@@ -44,7 +44,7 @@ impl Writes {
         Writes { all, in_place, run }
     }
 
-    fn writes_key(&self, key: &str) -> bool {
+    pub fn writes_key(&self, key: &str) -> bool {
         self.in_place.iter().any(|w| w.0 == key)
     }
 
