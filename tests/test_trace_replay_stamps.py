@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -100,6 +101,105 @@ def test_summary_counts_the_kernels_of_unresolved_replays(tmp_path, summary_form
     done = subprocess.run([sys.executable, "-m", "cgfast", "summary", str(tmp_path / "out.json"), "--format", summary_format], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     if summary_format == "json":
-        assert json.loads(done.stdout)["totals"]["unresolved_kernels"] == 6
+        totals = json.loads(done.stdout)["totals"]
+        assert (totals["ambiguous_replay_kernels"], totals["unmatched_replay_kernels"]) == (6, 0)
+        assert "unresolved_kernels" not in totals
     else:
-        assert "unresolved     6 of them graph-launched" in done.stdout
+        assert "ambiguous      6 of them graph-launched" in done.stdout
+        assert "unresolved" not in done.stdout and "unmatched " not in done.stdout
+
+
+def markers(path) -> list:
+    return [e["args"].get("cgfast") for e in json.loads(path.read_text())["traceEvents"] if e.get("cat") == "kernel"]
+
+
+def summary_json(path) -> dict:
+    done = subprocess.run([sys.executable, "-m", "cgfast", "summary", str(path), "--format", "json"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)["totals"]
+
+
+def test_events_of_ambiguous_and_unmatched_replays_are_marked(tmp_path):
+    # replay 7 launches z: graph 6 has one node, so it matches no graph
+    body = trace([])
+    for e in body["traceEvents"]:
+        if e.get("cat") == "kernel" and e["args"]["correlation"] == 7:
+            e["name"] = "z(float*)"
+    recovery, kernels = annotate(tmp_path, body, DIFFERENT)
+    assert (recovery["ambiguous_replays"], recovery["unmatched_replays"]) == (2, 1)
+    assert markers(tmp_path / "out.json") == ["ambiguous replay"] * 4 + ["unmatched replay"] * 2
+    totals = summary_json(tmp_path / "out.json")
+    assert (totals["ambiguous_replay_kernels"], totals["ambiguous_replay_us"], totals["unmatched_replay_kernels"], totals["unmatched_replay_us"]) == (4, 20.0, 2, 10.0)
+    assert "unresolved_kernels" not in totals
+
+
+def test_annotating_the_output_again_keeps_or_drops_the_markers(tmp_path):
+    annotate(tmp_path, trace([]), DIFFERENT)
+    first = (tmp_path / "out.json").read_bytes()
+    (tmp_path / "t.json").write_bytes(first)
+    a = tmp_path / "a.json"
+    again = tmp_path / "again.json"
+    done = subprocess.run([sys.executable, "-m", "cgfast", "annotate", str(tmp_path / "t.json"), "-a", str(a), "-o", str(again)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert again.read_bytes() == first  # a marker is replaced by itself, never doubled
+    assert all(m == "ambiguous replay" for m in markers(again)) and again.read_text().count('"cgfast"') == 6
+    # stamps resolve the replays now: the markers go, the annotations come
+    stamped = json.loads(first)
+    stamped["traceEvents"] = [{"ph": "X", "cat": "user_annotation", "name": n, "pid": 1, "tid": 1, "ts": s, "dur": d, "args": {}} for s, d, n in STAMPS] + stamped["traceEvents"]
+    (tmp_path / "t.json").write_text(json.dumps(stamped))
+    recovery, kernels = annotate(tmp_path, stamped, DIFFERENT)
+    assert recovery["stamped_replays"] == 3 and all(name is not None for _, name in kernels)
+    assert markers(tmp_path / "out.json") == [None] * 6
+    assert "ambiguous_replay_kernels" not in summary_json(tmp_path / "out.json")
+
+
+def test_a_changed_verdict_replaces_the_marker(tmp_path):
+    # first with graph 6 alone: every replay unmatched; then the output again with the twins
+    t, a, out = tmp_path / "t.json", tmp_path / "a.json", tmp_path / "out.json"
+    t.write_text(json.dumps(trace([])))
+    a.write_text(json.dumps({"format": "cgfast-annotations", "version": 1, "annotations": {}, "graphs": {"6": GRAPHS["6"]}}))
+    done = subprocess.run([sys.executable, "-m", "cgfast", "annotate", str(t), "-a", str(a), "-o", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert markers(out) == ["unmatched replay"] * 6
+    annotate(tmp_path, json.loads(out.read_text()), DIFFERENT)
+    assert markers(out) == ["ambiguous replay"] * 6
+    assert out.read_text().count('"cgfast"') == 6
+
+def test_topology_only_writes_no_markers_and_summary_keeps_unresolved(tmp_path):
+    annotate(tmp_path, trace([]), DIFFERENT, "--topology-only")
+    assert markers(tmp_path / "out.json") == [None] * 6
+    assert '"cgfast"' not in (tmp_path / "out.json").read_text()
+    totals = summary_json(tmp_path / "out.json")
+    assert totals["unresolved_kernels"] == 6 and "ambiguous_replay_kernels" not in totals
+
+
+EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*/000000.h200.pt.trace.json.gz"))
+
+
+def annotate_both_ways(trace_path, annotations_path, tmp_path, name) -> tuple:
+    """``trace_path`` annotated as is and with ``--topology-only``: both outputs' bytes."""
+    outs = []
+    for extra in ([], ["--topology-only"]):
+        out = tmp_path / f"{name}{len(extra)}.json"
+        done = subprocess.run([sys.executable, "-m", "cgfast", "annotate", str(trace_path), "-a", str(annotations_path), "-o", str(out), *extra], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        outs.append(out.read_bytes())
+    return outs
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.parent.name)
+def test_fully_recovered_examples_get_no_markers(example, tmp_path):
+    # every replay of the H200 examples is recovered: no marker, the output of before
+    exact, alone = annotate_both_ways(example, next(example.parent.glob("kernel_annotations_*.json")), tmp_path, "out")
+    assert exact == alone
+    assert b'"ambiguous replay"' not in exact and b'"unmatched replay"' not in exact
+
+
+def test_traces_with_node_ids_and_the_h200_fixtures_get_no_markers(tk, h200, tmp_path):
+    generated = tmp_path / "gen.json"
+    annotations = tk.write_json_annotations(tmp_path / "gen_ann.json", tk.generate(generated))
+    fixture_annotations = tk.write_json_annotations(tmp_path / "ann.json", {8589934592: [{"name": "x", "stream": 60}], 5: ["label"]})
+    for trace_path, ann in [(generated, annotations)] + [(f, fixture_annotations) for f in h200]:
+        exact, alone = annotate_both_ways(trace_path, ann, tmp_path, trace_path.name)
+        assert exact == alone, trace_path
+        assert b'"ambiguous replay"' not in exact and b'"unmatched replay"' not in exact

@@ -132,6 +132,22 @@ pub fn print_table(summary: &Summary, rows: &[Row]) {
             ms(t.unresolved_us)
         );
     }
+    if t.ambiguous_replay_kernels > 0 {
+        let _ = writeln!(
+            out,
+            "  ambiguous      {} of them graph-launched, {} ms: several recorded graphs with differing annotations fit their replay, so they carry no node id or annotation",
+            thousands(t.ambiguous_replay_kernels),
+            ms(t.ambiguous_replay_us)
+        );
+    }
+    if t.unmatched_replay_kernels > 0 {
+        let _ = writeln!(
+            out,
+            "  unmatched      {} of them graph-launched, {} ms: their replay matched no recorded graph, so they carry no node id or annotation",
+            thousands(t.unmatched_replay_kernels),
+            ms(t.unmatched_replay_us)
+        );
+    }
     if t.unusable_events > 0 {
         let _ = writeln!(out, "  unusable       {} graphed events without a numeric ts and dur (not counted)", thousands(t.unusable_events));
     }

@@ -251,6 +251,36 @@ impl Editor {
     }
 }
 
+/// Write `event` without its `args` member `key` (the last, the one a reader sees, as
+/// [`Editor::apply`] replaces it) into `out`; `false` (and nothing written) if `event`
+/// is not an object or has no such member.
+pub fn drop_arg(event: &[u8], key: &str, out: &mut Vec<u8>) -> bool {
+    let mut top = Vec::new();
+    let mut c = Cursor::new(event, 0);
+    if members(&mut c, &mut top).is_err() {
+        return false;
+    }
+    let Some(m) = top.iter().rposition(|m| str_is(event, m.key, "args")).map(|i| top[i]) else { return false };
+    if event[m.value.0] != b'{' {
+        return false;
+    }
+    let mut args = Vec::new();
+    let mut ac = Cursor::new(&event[..m.value.1], m.value.0);
+    if members(&mut ac, &mut args).is_err() {
+        return false;
+    }
+    let Some(i) = args.iter().rposition(|a| str_is(event, a.key, key)) else { return false };
+    // the member goes with the separator before it (after it, when it is the first)
+    let (start, end) = match (i.checked_sub(1), args.get(i + 1)) {
+        (Some(before), _) => (args[before].value.1, args[i].value.1),
+        (None, Some(next)) => (args[i].key.start - 1, next.key.start - 1),
+        (None, None) => (args[i].key.start - 1, args[i].value.1),
+    };
+    out.extend_from_slice(&event[..start]);
+    out.extend_from_slice(&event[end..]);
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -310,6 +340,20 @@ mod tests {
         let mut parsed = Vec::new();
         assert!(Editor::default().apply(e.as_bytes(), &edits, &mut parsed));
         assert_eq!(String::from_utf8(spliced).unwrap(), String::from_utf8(parsed).unwrap());
+    }
+
+    #[test]
+    fn drops_an_args_member_with_its_separator() {
+        let dropped = |e: &str| {
+            let mut out = Vec::new();
+            drop_arg(e.as_bytes(), "cgfast", &mut out).then(|| String::from_utf8(out).unwrap())
+        };
+        assert_eq!(dropped(r#"{"a": 1, "args": {"x": 1, "cgfast": "ambiguous replay", "y": 2}}"#).unwrap(), r#"{"a": 1, "args": {"x": 1, "y": 2}}"#);
+        assert_eq!(dropped(r#"{"args": {"x": 1, "cgfast": "unmatched replay"}, "b": 2}"#).unwrap(), r#"{"args": {"x": 1}, "b": 2}"#);
+        assert_eq!(dropped(r#"{"args": {"cgfast": "ambiguous replay", "y": 2}}"#).unwrap(), r#"{"args": {"y": 2}}"#);
+        assert_eq!(dropped(r#"{"args": { "cgfast" : 1 }}"#).unwrap(), r#"{"args": {  }}"#);
+        assert_eq!(dropped(r#"{"args": {"x": 1}}"#), None);
+        assert_eq!(dropped(r#"{"args": 3}"#), None);
     }
 
     #[test]

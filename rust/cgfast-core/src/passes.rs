@@ -643,6 +643,7 @@ pub(crate) mod tests {
                 args_stream: None,
                 args_name_is_stream: e.stream_name,
                 scope_span: false,
+                replay_marker: crate::trace::ReplayMarker::None,
                 correlation: None,
                 grid_block: None,
             };
@@ -740,6 +741,7 @@ pub(crate) mod tests {
                 args_stream: None,
                 args_name_is_stream: false,
                 scope_span: false,
+                replay_marker: crate::trace::ReplayMarker::None,
                 correlation: None,
                 grid_block: None,
             };

@@ -16,7 +16,7 @@ use crate::recover::{self, Recover, Recovery};
 use crate::rewrite::{self, Action, Change};
 use crate::scan::{self, ScanFailure, WriteKeys};
 use crate::spans;
-use crate::trace::{Flow, NodeId, TraceIndex, NONE};
+use crate::trace::{Flow, NodeId, ReplayMarker, TraceIndex, NONE};
 use crate::writes::{args_writes, Writes};
 
 /// Plain outputs of traces from this size on get their blocks reserved, and bypass the
@@ -104,9 +104,15 @@ pub struct Report {
     pub seconds: f64,
 }
 
-fn push_original_stream<'b>(args: &mut Vec<Set<'b>>, lane: Option<&'b str>) {
-    if let Some(lane) = lane {
+/// An edited event's args: the annotation's writes (`all`, or those spliced in place),
+/// then the lane it was moved from and its replay's marker.
+fn event_args<'b>(args: &mut Vec<Set<'b>>, node: Option<&'b str>, writes: Option<&'b Writes>, all: bool, stream: Option<&'b str>, original: Option<&'b str>, marker: Option<&'static str>) {
+    args_writes(args, node, writes, all, stream);
+    if let Some(lane) = original {
         args.push(Set { key: "original_stream", quoted_key: "\"original_stream\"", value: lane });
+    }
+    if let Some(value) = marker {
+        args.push(Set { key: "cgfast", quoted_key: "\"cgfast\"", value });
     }
 }
 
@@ -449,8 +455,10 @@ impl Rewriting<'_> {
     fn edit(&mut self, id: usize, original_bytes: &[u8], out: &mut Vec<u8>) {
         use std::fmt::Write;
         let index = self.index;
+        let mut marker = None;
         let (tid, ts, stream, node, annotation, places, original) = if id < index.events.len() {
             let e = &index.events[id];
+            marker = e.replay_marker_change();
             let original = (self.original_stream && e.moved_to().is_some()).then_some(e.tid);
             (e.moved_to(), e.new_ts(), e.new_lane(), e.recovered_node(), e.annotation(), self.layout.event_places[id], original)
         } else {
@@ -487,24 +495,29 @@ impl Rewriting<'_> {
         let node_text = node.map(|_| self.node_text.as_str());
         let lane_text = stream.map(|lane| self.lane_json[lane as usize].as_str());
         let original_text = original.map(|lane| self.lane_json[lane as usize].as_str());
-        args_writes(&mut edits.args, node_text, writes, run.is_none(), lane_text);
-        push_original_stream(&mut edits.args, original_text);
-        if split.is_some() {
-            // the event may hold a "graph id" already, which only a parsed edit replaces
-            args_writes(&mut edits.args, node_text, writes, true, lane_text);
-            push_original_stream(&mut edits.args, original_text);
-            edits.args.insert(0, Set { key: "graph id", quoted_key: "\"graph id\"", value: &self.graph_text });
-            if !self.editor.apply(original_bytes, &edits, out) {
-                out.extend_from_slice(original_bytes);
-            }
-        } else if !edit::splice(original_bytes, &places, &edits, run.map_or("", |w| &w.run), out) {
+        let marker_json = marker.and_then(|m| m.json());
+        event_args(&mut edits.args, node_text, writes, run.is_none(), lane_text, original_text, marker_json);
+        // an event that may hold a "graph id" already, or a marker an earlier run wrote,
+        // is edited by parsing: only that replaces a member
+        let parsed = split.is_some() || marker.is_some();
+        if parsed || !edit::splice(original_bytes, &places, &edits, run.map_or("", |w| &w.run), out) {
             // where a splice fails, it fails for the writes in any form
             if run.is_some() {
-                args_writes(&mut edits.args, node_text, writes, true, lane_text);
-                push_original_stream(&mut edits.args, original_text);
+                event_args(&mut edits.args, node_text, writes, true, lane_text, original_text, marker_json);
             }
+            if split.is_some() {
+                edits.args.insert(0, Set { key: "graph id", quoted_key: "\"graph id\"", value: &self.graph_text });
+            }
+            let start = out.len();
             if !self.editor.apply(original_bytes, &edits, out) {
                 out.extend_from_slice(original_bytes);
+            } else if marker == Some(ReplayMarker::None) && !writes.is_some_and(|w| w.writes_key("cgfast")) {
+                // the replay is resolved now: the earlier run's marker goes (unless the
+                // annotation itself writes that key)
+                let edited = out.split_off(start);
+                if !edit::drop_arg(&edited, "cgfast", out) {
+                    out.extend_from_slice(&edited);
+                }
             }
         }
         self.edits = EventEdits { top: recycle(edits.top), args: recycle(edits.args) };

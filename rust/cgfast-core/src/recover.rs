@@ -9,7 +9,7 @@ use rustc_hash::FxHashMap as HashMap;
 use crate::annotations::{Annotations, GraphNode, NodeKind};
 use crate::key::Num;
 use crate::passes::sort_by_start;
-use crate::trace::{Cat, Node, NodeId, Stamp, TraceIndex};
+use crate::trace::{Cat, Node, NodeId, ReplayMarker, Stamp, TraceIndex};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Recover {
@@ -536,6 +536,9 @@ pub fn recover_with(index: &mut TraceIndex, annotations: &Annotations, mode: Rec
                             report.ambiguous_replays += 1;
                             report.ambiguous_events += events.len() as u64;
                             report.unresolved_events += events.len() as u64;
+                            if exact {
+                                mark(index, events.iter().map(|e| e.index), ReplayMarker::Ambiguous);
+                            }
                         }
                     }
                     continue;
@@ -550,10 +553,20 @@ pub fn recover_with(index: &mut TraceIndex, annotations: &Annotations, mode: Rec
                 report.unmatched_replays += 1;
                 report.unmatched_events += events.len() as u64;
                 report.unresolved_events += events.len() as u64;
+                if exact {
+                    mark(index, events.iter().map(|e| e.index), ReplayMarker::Unmatched);
+                }
             }
         }
     }
     report
+}
+
+/// Say in the output why these events keep no node id (`cgfast summary` counts them).
+fn mark(index: &mut TraceIndex, events: impl Iterator<Item = usize>, marker: ReplayMarker) {
+    for i in events {
+        index.events[i].set_replay_marker(marker);
+    }
 }
 
 fn set_recovered(index: &mut TraceIndex, events: &[Event], (ids, tier): (Vec<i64>, Tier), report: &mut Recovery) {
@@ -726,6 +739,34 @@ mod tests {
     }
 
     /// Two graphs of the same kernels and shapes (ids 2 and 4) and a third with others.
+    #[test]
+    fn events_left_alone_are_marked_with_why_unless_by_topology_only() {
+        let twin_a = graph(2, &[("k", 4, &[])]);
+        let twin_b = graph(4, &[("k", 4, &[])]);
+        let other = graph(6, &[("z", 4, &[]), ("z", 4, &[0])]);
+        let replays: &[Replay] = &[(5, &[("k", 7, 4)]), (6, &[("q", 7, 4), ("q", 7, 4)]), (7, &[("z", 7, 4), ("z", 7, 4)])];
+        let mut nodes: HashMap<NodeId, Vec<crate::annotations::Item>> = HashMap::default();
+        for (graph, label) in [(2, "a"), (4, "b")] {
+            nodes.insert((graph as NodeId) << 32, vec![crate::annotations::Item::Other(crate::value::Value::Str(label.into()))]);
+        }
+        let annotations = Annotations { nodes, graphs: vec![twin_a, twin_b, other].into_iter().collect(), ..Default::default() };
+        let kernels = |index: &TraceIndex| index.events.iter().filter(|e| e.cat == Cat::Kernel).map(|e| (e.replay_marker(), e.replay_marker_change())).collect::<Vec<_>>();
+        let mut index = trace_of(replays);
+        recover_with(&mut index, &annotations, Recover::Auto, true);
+        let (a, u, n) = (ReplayMarker::Ambiguous, ReplayMarker::Unmatched, ReplayMarker::None);
+        assert_eq!(kernels(&index), vec![(a, Some(a)), (u, Some(u)), (u, Some(u)), (n, None), (n, None)]);
+        // by topology alone: nothing marked, the output as before stamps
+        let mut index = trace_of(replays);
+        recover_with(&mut index, &annotations, Recover::Auto, false);
+        assert!(kernels(&index).iter().all(|&m| m == (n, None)));
+        // a marker an earlier run wrote goes once the replay is recovered
+        let mut index = trace_of(replays);
+        let last = index.events.iter().rposition(|e| e.cat == Cat::Kernel).unwrap();
+        index.events[last].set_replay_marker(a);
+        recover_with(&mut index, &annotations, Recover::Auto, false);
+        assert_eq!(index.events[last].replay_marker(), n);
+    }
+
     fn twins() -> Vec<(u32, Vec<GraphNode>)> {
         vec![graph(2, &[("k", 4, &[]), ("m", 4, &[0])]), graph(4, &[("k", 4, &[]), ("m", 4, &[0])]), graph(6, &[("z", 4, &[])])]
     }

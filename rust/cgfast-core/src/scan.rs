@@ -313,6 +313,10 @@ fn observe(buf: &[u8], raw: &Raw, ordinal: u32, index: &mut TraceIndex) -> Kept 
         args_stream: raw.args_stream.map(|s| key(buf, Some(s), &mut index.keys)),
         args_name_is_stream: matches!(raw.args_name, Some(Scalar::Str(span)) if text_of(buf, span).starts_with("stream ")),
         scope_span: matches!(raw.args_cgfast, Some(Scalar::Str(span)) if text_of(buf, span) == "scope"),
+        replay_marker: match raw.args_cgfast {
+            Some(Scalar::Str(span)) => crate::trace::ReplayMarker::from_text(&text_of(buf, span)),
+            _ => crate::trace::ReplayMarker::None,
+        },
         correlation: raw.correlation.and_then(|s| num(buf, s)).and_then(|n| match n {
             Num::Int(i) => Some(i),
             _ => None,

@@ -142,6 +142,8 @@ pub struct Observed<'a> {
     pub args_name_is_stream: bool,
     /// A scope span cgfast wrote (`args["cgfast"] == "scope"` on a `gpu_user_annotation`).
     pub scope_span: bool,
+    /// The replay marker an earlier run wrote in `args["cgfast"]`.
+    pub replay_marker: ReplayMarker,
     pub correlation: Option<i64>,
     pub grid_block: Option<[u32; 6]>,
 }
@@ -170,6 +172,52 @@ const TS_NOT_NUMBER: u32 = 1 << 18;
 const DUR_NOT_NUMBER: u32 = 1 << 19;
 /// A scope span cgfast wrote.
 const SCOPE_SPAN: u32 = 1 << 20;
+/// The replay marker the event had (two bits) and the one it gets (two bits).
+const MARKER_IN_SHIFT: u32 = 21;
+const MARKER_OUT_SHIFT: u32 = 23;
+const MARKER_MASK: u32 = 0b11;
+
+/// Why recovery left a graph-launched event without a node id, as annotate writes it in
+/// `args["cgfast"]`, so that `cgfast summary` can tell the two apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ReplayMarker {
+    None = 0,
+    /// Several recorded graphs fit its replay with differing annotations.
+    Ambiguous = 1,
+    /// No recorded graph fits its replay.
+    Unmatched = 2,
+}
+
+impl ReplayMarker {
+    pub const AMBIGUOUS: &'static str = "ambiguous replay";
+    pub const UNMATCHED: &'static str = "unmatched replay";
+
+    pub fn from_text(text: &str) -> ReplayMarker {
+        match text {
+            Self::AMBIGUOUS => ReplayMarker::Ambiguous,
+            Self::UNMATCHED => ReplayMarker::Unmatched,
+            _ => ReplayMarker::None,
+        }
+    }
+
+    /// The JSON value written for it.
+    pub fn json(self) -> Option<&'static str> {
+        match self {
+            ReplayMarker::None => None,
+            ReplayMarker::Ambiguous => Some("\"ambiguous replay\""),
+            ReplayMarker::Unmatched => Some("\"unmatched replay\""),
+        }
+    }
+
+    fn from_bits(bits: u32) -> ReplayMarker {
+        match bits & MARKER_MASK {
+            1 => ReplayMarker::Ambiguous,
+            2 => ReplayMarker::Unmatched,
+            _ => ReplayMarker::None,
+        }
+    }
+}
 
 /// A number in 64 bits: an integer's own bits or a float's, `int` telling which, so
 /// that integers of any size keep exact (epoch nanoseconds exceed 2**53).
@@ -252,6 +300,25 @@ impl Tracked {
     /// A scope span an earlier run of cgfast wrote.
     pub fn scope_span(&self) -> bool {
         self.has(SCOPE_SPAN)
+    }
+
+    /// The replay marker the event had in the input.
+    pub fn replay_marker_in(&self) -> ReplayMarker {
+        ReplayMarker::from_bits(self.flags >> MARKER_IN_SHIFT)
+    }
+
+    /// The replay marker the event gets (the input's unless recovery decided).
+    pub fn replay_marker(&self) -> ReplayMarker {
+        ReplayMarker::from_bits(self.flags >> MARKER_OUT_SHIFT)
+    }
+
+    pub fn set_replay_marker(&mut self, marker: ReplayMarker) {
+        self.flags = (self.flags & !(MARKER_MASK << MARKER_OUT_SHIFT)) | (marker as u32) << MARKER_OUT_SHIFT;
+    }
+
+    /// The marker to write where it changed: `Some(None)` drops the input's.
+    pub fn replay_marker_change(&self) -> Option<ReplayMarker> {
+        (self.replay_marker() != self.replay_marker_in()).then(|| self.replay_marker())
     }
 
     /// How the event's own `tid` was written.
@@ -370,6 +437,7 @@ impl Tracked {
 
     pub fn set_recovered(&mut self, node: NodeId) {
         self.flags |= RECOVERED;
+        self.set_replay_marker(ReplayMarker::None);
         self.set_node(node);
     }
 
@@ -419,6 +487,7 @@ impl Tracked {
         self.removed()
             || self.annotation().is_some()
             || self.has(RECOVERED)
+            || self.replay_marker_change().is_some()
             || self.moved_to().is_some()
             || self.has(NEW_TS_SET)
             || (self.has(LANE_SET) && self.args_stream != self.new_tid)
@@ -647,6 +716,10 @@ impl TraceIndex {
         }
         if ev.scope_span && ev.cat == Cat::UserAnnotation {
             flags |= SCOPE_SPAN;
+        }
+        if ev.cat.is_work() {
+            let marker = ev.replay_marker as u32;
+            flags |= marker << MARKER_IN_SHIFT | marker << MARKER_OUT_SHIFT;
         }
         flags |= match ev.tid_spelling {
             Spelling::Plain => 0,

@@ -53,7 +53,7 @@ impl Writes {
         self
     }
 
-    fn writes_key(&self, key: &str) -> bool {
+    pub fn writes_key(&self, key: &str) -> bool {
         self.in_place.iter().any(|w| w.0 == key)
     }
 

@@ -125,6 +125,7 @@ fn index_of(events: &Bound<'_, PyList>) -> PyResult<DictIndex> {
             args_stream,
             args_name_is_stream,
             scope_span: false,
+            replay_marker: cgfast_core::trace::ReplayMarker::None,
             correlation: None,
             grid_block: None,
         };

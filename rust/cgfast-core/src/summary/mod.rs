@@ -82,6 +82,11 @@ pub struct TraceTotals {
     /// replay `cgfast annotate` left without ids (ambiguous, or matching no graph).
     pub unresolved: u64,
     pub unresolved_ns: i64,
+    /// Of the ungraphed work, that annotate marked as left by an ambiguous replay
+    /// (count, nanoseconds); not in `unresolved`, which keeps the unmarked rest.
+    pub ambiguous: (u64, i64),
+    /// The same for unmatched replays.
+    pub unmatched: (u64, i64),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -210,6 +215,8 @@ impl Summary {
             unusable: k.unusable,
             unresolved: k.ungraphed_correlated.iter().filter(|(c, _)| k.graph_launches.contains(c)).count() as u64,
             unresolved_ns: k.ungraphed_correlated.iter().filter(|(c, _)| k.graph_launches.contains(c)).map(|(_, d)| d).sum(),
+            ambiguous: k.ambiguous,
+            unmatched: k.unmatched,
         };
         Summary { by: options.by.clone(), steps: options.steps, traces: vec![trace], values, replays, hierarchy: options.hierarchy }
     }
@@ -344,6 +351,10 @@ impl Summary {
             unusable_events: self.traces.iter().map(|t| t.unusable).sum(),
             unresolved_kernels: self.traces.iter().map(|t| t.unresolved).sum(),
             unresolved_us: us_i(self.traces.iter().map(|t| t.unresolved_ns).sum()),
+            ambiguous_replay_kernels: self.traces.iter().map(|t| t.ambiguous.0).sum(),
+            ambiguous_replay_us: us_i(self.traces.iter().map(|t| t.ambiguous.1).sum()),
+            unmatched_replay_kernels: self.traces.iter().map(|t| t.unmatched.0).sum(),
+            unmatched_replay_us: us_i(self.traces.iter().map(|t| t.unmatched.1).sum()),
         }
     }
 
@@ -374,9 +385,16 @@ pub struct Totals {
     pub ungraphed_us: f64,
     pub unusable_events: u64,
     /// Of the ungraphed kernels, those a `cudaGraphLaunch` launched: their replay was
-    /// left unresolved (ambiguous or unmatched) when the trace was annotated.
+    /// left unresolved (ambiguous or unmatched) when the trace was annotated, and no
+    /// marker says which (annotated by an older cgfast, or with `--topology-only`).
     pub unresolved_kernels: u64,
     pub unresolved_us: f64,
+    /// Of the ungraphed kernels, those annotate marked as left by an ambiguous replay.
+    pub ambiguous_replay_kernels: u64,
+    pub ambiguous_replay_us: f64,
+    /// Those it marked as left by a replay that matched no recorded graph.
+    pub unmatched_replay_kernels: u64,
+    pub unmatched_replay_us: f64,
 }
 
 fn spread_json(s: &Spread) -> Json {
@@ -475,6 +493,18 @@ impl Summary {
             for (out, trace) in v["traces"].as_array_mut().expect("an array").iter_mut().zip(&self.traces) {
                 out["unresolved_kernels"] = json!(trace.unresolved);
                 out["unresolved_us"] = json!(us_i(trace.unresolved_ns));
+            }
+        }
+        if t.ambiguous_replay_kernels + t.unmatched_replay_kernels > 0 {
+            v["totals"]["ambiguous_replay_kernels"] = json!(t.ambiguous_replay_kernels);
+            v["totals"]["ambiguous_replay_us"] = json!(t.ambiguous_replay_us);
+            v["totals"]["unmatched_replay_kernels"] = json!(t.unmatched_replay_kernels);
+            v["totals"]["unmatched_replay_us"] = json!(t.unmatched_replay_us);
+            for (out, trace) in v["traces"].as_array_mut().expect("an array").iter_mut().zip(&self.traces) {
+                out["ambiguous_replay_kernels"] = json!(trace.ambiguous.0);
+                out["ambiguous_replay_us"] = json!(us_i(trace.ambiguous.1));
+                out["unmatched_replay_kernels"] = json!(trace.unmatched.0);
+                out["unmatched_replay_us"] = json!(us_i(trace.unmatched.1));
             }
         }
         if self.steps {

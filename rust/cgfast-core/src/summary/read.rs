@@ -46,6 +46,11 @@ pub struct Kernels {
     pub ungraphed_correlated: Vec<(i64, i64)>,
     /// Graphed work events without a usable `ts` and `dur`.
     pub unusable: u64,
+    /// Work without a node id that annotate marked (`args["cgfast"]`) as left by an
+    /// ambiguous replay: count and nanoseconds; not in `ungraphed_correlated`.
+    pub ambiguous: (u64, i64),
+    /// The same for unmatched replays.
+    pub unmatched: (u64, i64),
 }
 
 #[derive(Default)]
@@ -59,6 +64,7 @@ struct Fields {
     graph_id: Option<Scalar>,
     correlation: Option<Scalar>,
     value: Option<Scalar>,
+    marker: Option<Scalar>,
 }
 
 fn key_is(buf: &[u8], key: StrSpan, want: &[u8]) -> bool {
@@ -85,7 +91,7 @@ fn read_fields(c: &mut Cursor<'_>, by: &[u8]) -> Scan<Fields> {
             b"dur" => &mut f.dur,
             b"args" if c.peek()? == b'{' => {
                 // A later `args` replaces an earlier one, as a JSON parser would have it.
-                (f.node, f.graph_id, f.correlation, f.value) = (None, None, None, None);
+                (f.node, f.graph_id, f.correlation, f.value, f.marker) = (None, None, None, None, None);
                 return c.object(|c, key| {
                     let buf = c.buf;
                     let by_key = key_is(buf, key, by);
@@ -95,6 +101,8 @@ fn read_fields(c: &mut Cursor<'_>, by: &[u8]) -> Scan<Fields> {
                         Some(&mut f.correlation)
                     } else if key_is(buf, key, b"graph id") {
                         Some(&mut f.graph_id)
+                    } else if key_is(buf, key, b"cgfast") {
+                        Some(&mut f.marker)
                     } else {
                         None
                     };
@@ -112,7 +120,7 @@ fn read_fields(c: &mut Cursor<'_>, by: &[u8]) -> Scan<Fields> {
                 });
             }
             b"args" => {
-                (f.node, f.graph_id, f.correlation, f.value) = (None, None, None, None);
+                (f.node, f.graph_id, f.correlation, f.value, f.marker) = (None, None, None, None, None);
                 return c.skip_value();
             }
             _ => return c.skip_value(),
@@ -164,7 +172,19 @@ impl Kernels {
         if !crate::scan::node_of(buf, f.node, f.graph_id).graphed() {
             self.ungraphed += 1;
             self.ungraphed_ns += dur.unwrap_or(0).max(0);
-            if let Some(c) = correlation() {
+            let marker = match f.marker {
+                Some(Scalar::Str(span)) => crate::trace::ReplayMarker::from_text(&text_of(buf, span)),
+                _ => crate::trace::ReplayMarker::None,
+            };
+            let marked = match marker {
+                crate::trace::ReplayMarker::Ambiguous => Some(&mut self.ambiguous),
+                crate::trace::ReplayMarker::Unmatched => Some(&mut self.unmatched),
+                crate::trace::ReplayMarker::None => None,
+            };
+            if let Some((count, ns)) = marked {
+                *count += 1;
+                *ns += dur.unwrap_or(0).max(0);
+            } else if let Some(c) = correlation() {
                 self.ungraphed_correlated.push((c, dur.unwrap_or(0).max(0)));
             }
             return;

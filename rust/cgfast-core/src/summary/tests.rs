@@ -282,3 +282,28 @@ fn graph_launched_work_without_a_node_id_is_counted_as_unresolved() {
     // none: the report reads as before
     assert!(summary_of(TRACE, "name", false).to_json(3)["totals"].get("unresolved_kernels").is_none());
 }
+
+#[test]
+fn marked_replays_are_counted_apart_from_the_unmarked_rest() {
+    // replays 5 and 6 marked by annotate, replay 8 left unmarked (an older annotate)
+    let text = r#"{"traceEvents": [
+      {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 5, "tid": 5, "ts": 0, "dur": 1, "args": {"correlation": 5}},
+      {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 5, "tid": 5, "ts": 1, "dur": 1, "args": {"correlation": 6}},
+      {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 5, "tid": 5, "ts": 2, "dur": 1, "args": {"correlation": 8}},
+      {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 2, "args": {"correlation": 5, "cgfast": "ambiguous replay"}},
+      {"ph": "X", "cat": "gpu_memcpy", "name": "c", "pid": 0, "tid": 7, "ts": 13, "dur": 3, "args": {"correlation": 5, "cgfast": "ambiguous replay"}},
+      {"ph": "X", "cat": "kernel", "name": "u", "pid": 0, "tid": 7, "ts": 20, "dur": 4, "args": {"cgfast": "unmatched replay", "correlation": 6}},
+      {"ph": "X", "cat": "kernel", "name": "o", "pid": 0, "tid": 7, "ts": 25, "dur": 1, "args": {"correlation": 8}},
+      {"ph": "X", "cat": "kernel", "name": "g", "pid": 0, "tid": 7, "ts": 30, "dur": 4, "args": {"correlation": 9, "graph node id": 3}}
+    ]}"#;
+    let s = summary_of(text, "name", false);
+    let t = s.totals();
+    assert_eq!((t.ungraphed_kernels, t.ambiguous_replay_kernels, t.ambiguous_replay_us, t.unmatched_replay_kernels, t.unmatched_replay_us), (4, 2, 5.0, 1, 4.0));
+    assert_eq!((t.unresolved_kernels, t.unresolved_us), (1, 1.0));
+    let v = s.to_json(3);
+    let counts = |o: &serde_json::Value| (o["ambiguous_replay_kernels"].as_u64(), o["unmatched_replay_kernels"].as_u64(), o["unresolved_kernels"].as_u64());
+    assert_eq!(counts(&v["totals"]), (Some(2), Some(1), Some(1)));
+    assert_eq!(counts(&v["traces"][0]), (Some(2), Some(1), Some(1)));
+    // without markers the report reads as before
+    assert!(summary_of(TRACE, "name", false).to_json(3)["totals"].get("ambiguous_replay_kernels").is_none());
+}
