@@ -101,3 +101,20 @@ def test_trace_handler_passes_lanes_on():
 
     assert trace_handler("d", lanes="none").lanes == "none"
     assert trace_handler("d").lanes == "all"
+
+
+def test_lanes_reference_is_all_without_original_stream(tk, tmp_path):
+    # the drop-in output: the reference's lanes and nothing the reference does not write
+    everything = tk.load_json(annotate(tk, tmp_path, "all"))
+    reference = tk.load_json(annotate(tk, tmp_path, "reference"))
+    carried = 0
+    for e in everything["traceEvents"]:
+        if "original_stream" in e.get("args", {}):
+            del e["args"]["original_stream"]
+            carried += 1
+    assert carried > 20
+    assert not any("original_stream" in e.get("args", {}) for e in reference["traceEvents"])
+    assert reference == everything
+    out = tmp_path / "py.json"
+    cgfast.annotate_file(TRACE, annotations=ANNOTATIONS, output=out, spans=None, lanes="reference")
+    assert out.read_bytes() == (tmp_path / "reference.json").read_bytes()

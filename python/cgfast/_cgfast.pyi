@@ -44,7 +44,7 @@ def annotate_file(
     gzip_level: int = 3,
     topology_only: bool = False,
     spans: str | None = "module",
-    lanes: Literal["all", "none"] = "all",
+    lanes: Literal["all", "none", "reference"] = "all",
 ) -> dict[str, Any]: ...
 def read_annotations(path: _Path) -> tuple[dict[int, list[Any]], dict[int, list[dict[str, Any]]], dict[int, list[str]]]: ...
 def write_annotations(

@@ -77,5 +77,6 @@ class TraceHandler:
 def trace_handler(dir_name: "str | os.PathLike[str]", worker_name: Optional[str] = None, use_gzip: bool = True, *, spans: Optional[str] = "module", lanes: str = "all") -> TraceHandler:
     """An ``on_trace_ready`` callable writing trace, annotations and annotated trace
     into ``dir_name``; ``spans`` is the annotation key whose scopes get spans (None: none),
-    ``lanes`` ("all" or "none") whether graphed events move to their annotated lanes."""
+    ``lanes`` ("all", "none" or "reference", as ``cgfast annotate --lanes``) whether
+    graphed events move to their annotated lanes."""
     return TraceHandler(dir_name, worker_name, use_gzip, spans=spans, lanes=lanes)

@@ -51,8 +51,10 @@ pub struct Args {
     spans: String,
     /// Move graphed events to the lanes their annotations name (`all`, keeping the lane
     /// they ran on as args.original_stream), or leave every lane as recorded (`none`,
-    /// writing a named lane as args.annotated_stream), as torch 2.15's graph_lanes.
-    #[arg(long, value_parser = ["all", "none"], default_value = "all")]
+    /// writing a named lane as args.annotated_stream), as torch 2.15's graph_lanes;
+    /// `reference`: as `all` without original_stream (with `--spans none`, the output of
+    /// the torch 2.13 reference and of cgfast before spans and lanes).
+    #[arg(long, value_parser = ["all", "none", "reference"], default_value = "all")]
     lanes: String,
     /// Recover node ids by the recorded topology alone: ignore `cgfast.replay` stamps
     /// and leave replays that several graphs fit unannotated, even where all agree.

@@ -48,6 +48,9 @@ pub enum Lanes {
     /// Move none for annotations; a stream an annotation names is written as
     /// `args["annotated_stream"]`. The overlap lane and timestamp repair still apply.
     None,
+    /// Move them as `All` does, without `original_stream`: the reference's output
+    /// exactly (with no spans).
+    Reference,
 }
 
 impl Lanes {
@@ -55,6 +58,7 @@ impl Lanes {
         match text {
             "all" => Some(Lanes::All),
             "none" => Some(Lanes::None),
+            "reference" => Some(Lanes::Reference),
             _ => None,
         }
     }
@@ -287,7 +291,7 @@ pub fn annotate_file(
 fn annotate_and_fix(index: &mut TraceIndex, resolved: &HashMap<NodeId, Resolved>, options: &Options) -> (passes::Annotated, u64, passes::Fixed) {
     let link = FlowLink::Follow;
     let lane_passes = LanePasses { overlap: Some((options.default_stream, options.overlap_stream)), max_adjust_us: Some(options.max_adjust_us), odd: OddEvents::Skip };
-    let annotated = passes::relane_with(index, resolved, options.default_stream, link, options.lanes == Lanes::All);
+    let annotated = passes::relane_with(index, resolved, options.default_stream, link, options.lanes != Lanes::None);
     let parallel = crate::io::threads() > 1;
     let shared = &*index;
     let (visits, plan) = both(parallel, || passes::FlowVisits::find(shared, link), || LanePlan::gather(shared, lane_passes));

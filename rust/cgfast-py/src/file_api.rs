@@ -45,7 +45,7 @@ fn recover_mode(name: &str) -> PyResult<Recover> {
 /// `gpu_user_annotation` spans on the GPU lanes, None or "none" for none; `lanes`:
 /// "all" moves graphed events to their annotated lanes and keeps the lane each ran on
 /// as `args["original_stream"]`, "none" moves none and writes a named lane as
-/// `args["annotated_stream"]`).
+/// `args["annotated_stream"]`, "reference" moves as "all" without `original_stream`).
 ///
 /// `annotations`: a path to an annotation file (JSON, optionally gzipped, or a
 /// PyTorch pickle), a dict of node id -> list, or None to find
@@ -80,7 +80,7 @@ pub fn annotate_file<'py>(
     if spans.as_deref() == Some("") {
         return Err(PyValueError::new_err("spans must be an annotation key, or None for no spans"));
     }
-    let lanes = pipeline::Lanes::parse(lanes).ok_or_else(|| PyValueError::new_err(format!("lanes must be 'all' or 'none', not {lanes:?}")))?;
+    let lanes = pipeline::Lanes::parse(lanes).ok_or_else(|| PyValueError::new_err(format!("lanes must be 'all', 'none' or 'reference', not {lanes:?}")))?;
     let (annotations_path, annotations): (Option<PathBuf>, Annotations) = match annotations {
         Some(a) if !a.is_none() && a.cast::<PyString>().is_err() && a.hasattr("items")? => (None, annotations_of(a, None)?),
         Some(a) if !a.is_none() => {
