@@ -124,29 +124,13 @@ pub fn print_table(summary: &Summary, rows: &[Row]) {
     if t.ungraphed_kernels > 0 {
         let _ = writeln!(out, "  not graphed    {} kernels, {} ms (not counted)", thousands(t.ungraphed_kernels), ms(t.ungraphed_us));
     }
-    if t.unresolved_kernels > 0 {
-        let _ = writeln!(
-            out,
-            "  unresolved     {} of them graph-launched, {} ms: their replay was ambiguous or matched no recorded graph, so they carry no node id or annotation",
-            thousands(t.unresolved_kernels),
-            ms(t.unresolved_us)
-        );
-    }
-    if t.ambiguous_replay_kernels > 0 {
-        let _ = writeln!(
-            out,
-            "  ambiguous      {} of them graph-launched, {} ms: several recorded graphs with differing annotations fit their replay, so they carry no node id or annotation",
-            thousands(t.ambiguous_replay_kernels),
-            ms(t.ambiguous_replay_us)
-        );
-    }
-    if t.unmatched_replay_kernels > 0 {
-        let _ = writeln!(
-            out,
-            "  unmatched      {} of them graph-launched, {} ms: their replay matched no recorded graph, so they carry no node id or annotation",
-            thousands(t.unmatched_replay_kernels),
-            ms(t.unmatched_replay_us)
-        );
+    let without_ids = [
+        ("unresolved", t.unresolved_kernels, t.unresolved_us, "their replay was ambiguous or matched no recorded graph"),
+        ("ambiguous", t.ambiguous_replay_kernels, t.ambiguous_replay_us, "several recorded graphs with differing annotations fit their replay"),
+        ("unmatched", t.unmatched_replay_kernels, t.unmatched_replay_us, "their replay matched no recorded graph"),
+    ];
+    for (label, kernels, us, why) in without_ids.into_iter().filter(|w| w.1 > 0) {
+        let _ = writeln!(out, "  {label:<14} {} of them graph-launched, {} ms: {why}, so they carry no node id or annotation", thousands(kernels), ms(us));
     }
     if t.unusable_events > 0 {
         let _ = writeln!(out, "  unusable       {} graphed events without a numeric ts and dur (not counted)", thousands(t.unusable_events));
