@@ -113,20 +113,6 @@ impl Cursor {
         }
     }
 
-    /// Write input bytes up to the end of the last element before the closing `]` at
-    /// `close`, leaving the white space before it unwritten: what is appended goes right
-    /// after that element, so annotating an output again puts it in the same place.
-    /// Looks back at most 64 KB, to hold no more of the input than that.
-    fn copy_to_last_end(&mut self, out: &mut dyn Write, close: u64) -> io::Result<()> {
-        self.copy_to(out, close.saturating_sub(64 << 10))?;
-        self.ensure(close)?;
-        let base = self.window.base;
-        let held = &self.window.bytes()[(self.done - base) as usize..(close - base) as usize];
-        let end = held.iter().rposition(|b| !matches!(b, b' ' | b'\n' | b'\r' | b'\t')).map_or(0, |i| i + 1);
-        let upto = self.done + end as u64;
-        self.copy_to(out, upto)
-    }
-
     fn slice(&mut self, start: u64, end: u64) -> io::Result<&[u8]> {
         self.ensure(end)?;
         let base = self.window.base;
@@ -181,7 +167,7 @@ pub fn rewrite(
     }
     let appended = appended();
     if !appended.is_empty() {
-        w.copy_to_last_end(out, layout.array_close)?;
+        w.copy_to(out, layout.array_close)?;
         if removed < layout.elements {
             out.write_all(b", ")?;
         }
