@@ -532,14 +532,7 @@ pub fn recover_with(index: &mut TraceIndex, annotations: &Annotations, mode: Rec
                             report.tied_events += tied;
                             set_recovered(index, &events, (ids, tier), &mut report);
                         }
-                        None => {
-                            report.ambiguous_replays += 1;
-                            report.ambiguous_events += events.len() as u64;
-                            report.unresolved_events += events.len() as u64;
-                            if exact {
-                                mark(index, events.iter().map(|e| e.index), ReplayMarker::Ambiguous);
-                            }
-                        }
+                        None => leave_alone(index, &events, ReplayMarker::Ambiguous, exact, &mut report),
                     }
                     continue;
                 }
@@ -549,23 +542,32 @@ pub fn recover_with(index: &mut TraceIndex, annotations: &Annotations, mode: Rec
         let assigned = chosen.and_then(|(graph, tier)| assign(&events, &plans[graph], tier, &mut report.tied_events).map(|ids| (ids, tier)));
         match assigned {
             Some(assigned) => set_recovered(index, &events, assigned, &mut report),
-            None => {
-                report.unmatched_replays += 1;
-                report.unmatched_events += events.len() as u64;
-                report.unresolved_events += events.len() as u64;
-                if exact {
-                    mark(index, events.iter().map(|e| e.index), ReplayMarker::Unmatched);
-                }
-            }
+            None => leave_alone(index, &events, ReplayMarker::Unmatched, exact, &mut report),
         }
     }
     report
 }
 
-/// Say in the output why these events keep no node id (`cgfast summary` counts them).
-fn mark(index: &mut TraceIndex, events: impl Iterator<Item = usize>, marker: ReplayMarker) {
-    for i in events {
-        index.events[i].set_replay_marker(marker);
+/// Count a replay left without node ids (`why`: ambiguous or unmatched) and, unless
+/// recovering by topology alone, say why in the output (`cgfast summary` counts them).
+fn leave_alone(index: &mut TraceIndex, events: &[Event], why: ReplayMarker, exact: bool, report: &mut Recovery) {
+    let n = events.len() as u64;
+    match why {
+        ReplayMarker::Ambiguous => {
+            report.ambiguous_replays += 1;
+            report.ambiguous_events += n;
+        }
+        ReplayMarker::Unmatched => {
+            report.unmatched_replays += 1;
+            report.unmatched_events += n;
+        }
+        ReplayMarker::None => unreachable!("a replay left alone has a reason"),
+    }
+    report.unresolved_events += n;
+    if exact {
+        for e in events {
+            index.events[e.index].set_replay_marker(why);
+        }
     }
 }
 
