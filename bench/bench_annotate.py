@@ -105,21 +105,43 @@ def timed_runs(argv: list[str], output: Path, runs: int) -> list[tuple[float, in
     return results
 
 
-def run_pair(trace: Path, ann_json: Path, ann_pkl: Path, json_bytes: int, reference: str, with_reference: bool, runs: int, spans: str) -> dict:
+def run_pair(
+    trace: Path,
+    ann_json: Path,
+    ann_pkl: Path,
+    json_bytes: int,
+    reference: str,
+    with_reference: bool,
+    runs: int,
+    spans: str,
+) -> dict:
     out_dir = trace.parent / "out"
     out_dir.mkdir(exist_ok=True)
     suffix = ".json.gz" if trace.name.endswith(".gz") else ".json"
     row = {"input": trace.name, "input_mb": trace.stat().st_size / 1e6, "json_mb": json_bytes / 1e6}
     settle([trace, ann_json, ann_pkl])
     ours = out_dir / f"cgfast{suffix}"
-    ours_argv = [cgfast_binary(), "annotate", str(trace), "-a", str(ann_json), "-o", str(ours), "--no-progress", "--spans", spans]
+    ours_argv = [
+        cgfast_binary(),
+        "annotate",
+        str(trace),
+        "-a",
+        str(ann_json),
+        "-o",
+        str(ours),
+        "--no-progress",
+        "--spans",
+        spans,
+    ]
     # cgfast's runs go half before and half after the reference's, so that both meet the
     # same stretch of a machine whose speed drifts
     before = (runs + 1) // 2 if with_reference else runs
     results = timed_runs(ours_argv, ours, before)
     if with_reference:
         theirs = out_dir / f"reference{suffix}"
-        row["reference_s"], row["reference_rss"] = timed_runs([sys.executable, reference, str(trace), "-a", str(ann_pkl), "-o", str(theirs)], theirs, 1)[0]
+        row["reference_s"], row["reference_rss"] = timed_runs(
+            [sys.executable, reference, str(trace), "-a", str(ann_pkl), "-o", str(theirs)], theirs, 1
+        )[0]
         theirs.unlink(missing_ok=True)
         settle([trace, ann_json])
         results += timed_runs(ours_argv, ours, runs - before)
@@ -137,8 +159,17 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="200,1000", help="trace sizes in MB of JSON (comma separated)")
     p.add_argument("--json", type=Path, help="also write the results here")
-    p.add_argument("--runs", type=int, default=3, help="cgfast runs per case (the fastest counts; the reference runs once)")
-    p.add_argument("--spans", default="none", help="cgfast's --spans (default none: the reference's output; module: cgfast's default)")
+    p.add_argument(
+        "--runs",
+        type=int,
+        default=3,
+        help="cgfast runs per case (the fastest counts; the reference runs once)",
+    )
+    p.add_argument(
+        "--spans",
+        default="none",
+        help="cgfast's --spans (default none: the reference's output; module: cgfast's default)",
+    )
     a = p.parse_args()
     reference = str(reference_path())
     sizes = [int(s) for s in a.sizes.split(",")]
@@ -148,11 +179,27 @@ def main() -> None:
         trace, ann_json, ann_pkl = datasets[(size, True)]
         json_bytes = trace.stat().st_size
         for path in (trace, trace.with_name("trace.json.gz")):
-            rows.append({"case": f"{size} MB {'gzip' if path.suffix == '.gz' else 'plain'}", **run_pair(path, ann_json, ann_pkl, json_bytes, reference, True, a.runs, a.spans)})
+            rows.append(
+                {
+                    "case": f"{size} MB {'gzip' if path.suffix == '.gz' else 'plain'}",
+                    **run_pair(path, ann_json, ann_pkl, json_bytes, reference, True, a.runs, a.spans),
+                }
+            )
         ids = rows[-2]
         noids_trace, noids_json, noids_pkl = datasets[(size, False)]
-        recovered = run_pair(noids_trace, noids_json, noids_pkl, noids_trace.stat().st_size, reference, False, a.runs, a.spans)
-        rows.append({"case": f"{size} MB plain, ids recovered", **recovered, "overhead": recovered["cgfast_s"] / ids["cgfast_s"] * (json_bytes / noids_trace.stat().st_size) - 1})
+        recovered = run_pair(
+            noids_trace, noids_json, noids_pkl, noids_trace.stat().st_size, reference, False, a.runs, a.spans
+        )
+        rows.append(
+            {
+                "case": f"{size} MB plain, ids recovered",
+                **recovered,
+                "overhead": recovered["cgfast_s"]
+                / ids["cgfast_s"]
+                * (json_bytes / noids_trace.stat().st_size)
+                - 1,
+            }
+        )
 
     print()
     print(f"{'case':<28} {'reference':>22} {'cgfast':>32} {'speed-up':>9} {'median':>7} {'memory':>8}")

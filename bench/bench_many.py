@@ -56,7 +56,11 @@ def generate(root: Path, files: int, mb: float, gzipped: bool) -> dict:
         json_path.rename(traces_dir / f"kernel_annotations_rank{rank}_1.json")
         shutil.rmtree(staging)
     traces = sorted(str(p) for p in traces_dir.rglob("*.pt.trace.json*") if ".annotated." not in p.name)
-    manifest = {"traces": traces, "file_bytes": sum(os.path.getsize(t) for t in traces), "json_bytes": json_bytes}
+    manifest = {
+        "traces": traces,
+        "file_bytes": sum(os.path.getsize(t) for t in traces),
+        "json_bytes": json_bytes,
+    }
     manifest_path.write_text(json.dumps(manifest))
     return manifest
 
@@ -77,7 +81,17 @@ def best_of(repeat: int, root: Path, run) -> float:
 
 
 def cli_run(traces_dir: Path, jobs: int) -> None:
-    cmd = [sys.executable, "-m", "cgfast", "annotate", str(traces_dir), "-j", str(jobs), "--no-progress", "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "cgfast",
+        "annotate",
+        str(traces_dir),
+        "-j",
+        str(jobs),
+        "--no-progress",
+        "--json",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"cgfast annotate failed: {done.stderr.strip()}")
@@ -87,12 +101,20 @@ def dask_rows(root: Path, workers: list[int], repeat: int):
     try:
         from distributed import Client, LocalCluster
     except ImportError:
-        print("  (distributed is not installed: no annotate_many rows; pip install 'cgfast[dask]')", file=sys.stderr)
+        print(
+            "  (distributed is not installed: no annotate_many rows; pip install 'cgfast[dask]')",
+            file=sys.stderr,
+        )
         return
     from cgfast.batch import annotate_many
 
     for n in workers:
-        with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, Client(cluster) as client:
+        with (
+            LocalCluster(
+                n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0"
+            ) as cluster,
+            Client(cluster) as client,
+        ):
             client.run(lambda: __import__("cgfast.batch"))  # workers import cgfast before the clock starts
 
             def run() -> None:
@@ -115,16 +137,25 @@ def main() -> None:
 
     root = a.data / f"many-{a.files}x{a.mb:g}mb-{'json' if a.plain else 'gz'}"
     manifest = generate(root, a.files, a.mb, not a.plain)
-    files, file_mb, json_mb = len(manifest["traces"]), manifest["file_bytes"] / 1e6, manifest["json_bytes"] / 1e6
+    files, file_mb, json_mb = (
+        len(manifest["traces"]),
+        manifest["file_bytes"] / 1e6,
+        manifest["json_bytes"] / 1e6,
+    )
     print(f"{files} traces, {file_mb:.1f} MB on disk, {json_mb:.1f} MB of JSON, {os.cpu_count()} cores")
 
-    rows = [(f"cgfast annotate DIR -j {n}", n, best_of(a.repeat, root, lambda n=n: cli_run(root / "traces", n))) for n in a.workers]
+    rows = [
+        (f"cgfast annotate DIR -j {n}", n, best_of(a.repeat, root, lambda n=n: cli_run(root / "traces", n)))
+        for n in a.workers
+    ]
     rows.extend(dask_rows(root, a.workers, a.repeat))
     remove_outputs(root)
 
     print(f"{'':40} {'workers':>7} {'seconds':>8} {'files/s':>8} {'disk MB/s':>10} {'JSON MB/s':>10}")
     for name, n, seconds in rows:
-        print(f"{name:40} {n:>7} {seconds:>8.2f} {files / seconds:>8.2f} {file_mb / seconds:>10.1f} {json_mb / seconds:>10.1f}")
+        print(
+            f"{name:40} {n:>7} {seconds:>8.2f} {files / seconds:>8.2f} {file_mb / seconds:>10.1f} {json_mb / seconds:>10.1f}"
+        )
 
 
 if __name__ == "__main__":

@@ -32,7 +32,13 @@ TARGET_RATIO = 1.5  # issue #15: capture with annotate_modules at most 1.5x a pl
 def make_model(name: str, device: str):
     import timm
 
-    return timm.create_model(name, pretrained=False, **({"img_size": 64} if device == "cpu" and name.startswith("vit") else {})).eval().to(device)
+    return (
+        timm.create_model(
+            name, pretrained=False, **({"img_size": 64} if device == "cpu" and name.startswith("vit") else {})
+        )
+        .eval()
+        .to(device)
+    )
 
 
 def hook_cost_us(repeat: int) -> dict:
@@ -162,7 +168,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
-    results = {"device": torch.cuda.get_device_name() if cuda else "cpu", "backend": capture.backend(), "models": {}}
+    results = {
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "backend": capture.backend(),
+        "models": {},
+    }
     results["outside_capture_us_per_module_call"] = hook_cost_us(7)
     print("outside a capture, us per module call:", json.dumps(results["outside_capture_us_per_module_call"]))
     for name in args.models.split(","):

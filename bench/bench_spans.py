@@ -49,13 +49,15 @@ def main() -> None:
     binary = cgfast_binary()
     argv = [binary, "annotate", str(trace), "-a", str(annotations), "-o", str(out), "--no-progress"]
     report = json.loads(subprocess.run(argv + ["--json"], check=True, capture_output=True, text=True).stdout)
-    print(f"{trace}: {report['json_bytes'] / 1e6:.0f} MB, {report['annotated']:,} annotated events, {report['spans']:,} spans")
+    print(
+        f"{trace}: {report['json_bytes'] / 1e6:.0f} MB, {report['annotated']:,} annotated events, {report['spans']:,} spans"
+    )
     cases = {"--spans none": ["--spans", "none"], "--spans module": []}
     results: dict[str, list[tuple[float, int]]] = {name: [] for name in cases}
     sizes = {}
     settle([trace, annotations])
     for run in range(a.runs):
-        for name, extra in (cases.items() if run % 2 == 0 else reversed(cases.items())):
+        for name, extra in cases.items() if run % 2 == 0 else reversed(cases.items()):
             out.unlink(missing_ok=True)
             settle([])
             results[name].append(measure(argv + extra))
@@ -63,7 +65,9 @@ def main() -> None:
     out.unlink(missing_ok=True)
     for name, runs in results.items():
         seconds = [s for s, _ in runs]
-        print(f"{name:16} fastest {min(seconds):.3f} s, median {statistics.median(seconds):.3f} s, peak RSS {max(r for _, r in runs) / 1e6:.0f} MB, output {sizes[name] / 1e6:.0f} MB; runs {' '.join(f'{s:.3f}' for s in seconds)}")
+        print(
+            f"{name:16} fastest {min(seconds):.3f} s, median {statistics.median(seconds):.3f} s, peak RSS {max(r for _, r in runs) / 1e6:.0f} MB, output {sizes[name] / 1e6:.0f} MB; runs {' '.join(f'{s:.3f}' for s in seconds)}"
+        )
     base, spans = (results[n] for n in cases)
     fastest = min(s for s, _ in spans) / min(s for s, _ in base) - 1
     median = statistics.median(s for s, _ in spans) / statistics.median(s for s, _ in base) - 1

@@ -37,9 +37,18 @@ KERNELS = [
         "void at::native::(anonymous namespace)::linalg_eig_make_complex_eigenvectors_kernel<float>(c10::complex<float>*, c10::complex<float> const*, float const*, long, long, long)",
         "_ZN2at6native63_GLOBAL__N__730121c9_24_BatchLinearAlgebraEig_cu_e5d96c45_4494243linalg_eig_make_complex_eigenvectors_kernelIfEEvPN3c107complexIT_EEPKS6_PKS5_lll",
     ),
-    ("at::native::(anonymous namespace)::add_kernel(float const*, float*, int)", "_ZN2at6native12_GLOBAL__N_110add_kernelEPKfPfi"),
-    ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize64x64x8_stage3_warpsize1x4x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas",) * 2,
-    ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas",) * 2,
+    (
+        "at::native::(anonymous namespace)::add_kernel(float const*, float*, int)",
+        "_ZN2at6native12_GLOBAL__N_110add_kernelEPKfPfi",
+    ),
+    (
+        "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize64x64x8_stage3_warpsize1x4x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas",
+    )
+    * 2,
+    (
+        "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas",
+    )
+    * 2,
     ("triton_poi_fused_add_native_layer_norm_0",) * 2,
     ("triton_red_fused__softmax_1",) * 2,
     ("triton_per_fused_gelu_mul_2",) * 2,
@@ -47,7 +56,16 @@ KERNELS = [
 KERNEL_NAMES = [profiler for profiler, _driver in KERNELS]
 MEMCPY = "Memcpy DtoD (Device -> Device)"
 MEMSET = "Memset (Device)"
-MODULES = ["attention.wq", "attention.wk", "attention.wv", "attention.wo", "ffn.w1", "ffn.w2", "norm1", "norm2"]
+MODULES = [
+    "attention.wq",
+    "attention.wk",
+    "attention.wv",
+    "attention.wo",
+    "ffn.w1",
+    "ffn.w2",
+    "norm1",
+    "norm2",
+]
 
 PID_CPU = 487
 TID_CPU = 1399345472
@@ -64,7 +82,11 @@ class Node:
         self.id = node_id
         r = rng.random()
         self.cat = "kernel" if r < 0.9 else ("gpu_memcpy" if r < 0.95 else "gpu_memset")
-        self.name, self.driver_name = rng.choice(KERNELS) if self.cat == "kernel" else (MEMCPY if self.cat == "gpu_memcpy" else MEMSET, None)
+        self.name, self.driver_name = (
+            rng.choice(KERNELS)
+            if self.cat == "kernel"
+            else (MEMCPY if self.cat == "gpu_memcpy" else MEMSET, None)
+        )
         self.lane = SIDE if rng.random() < 0.2 else MAIN
         self.dur = rng.randint(2_000, 60_000)
         self.grid = [rng.choice((1, 8, 132)), 1, 1]
@@ -116,7 +138,9 @@ class Graph:
         return out
 
 
-def replay_events(graph: Graph, correlation: int, start_ns: int, rng: random.Random, out: list[str], node_ids: bool = True) -> int:
+def replay_events(
+    graph: Graph, correlation: int, start_ns: int, rng: random.Random, out: list[str], node_ids: bool = True
+) -> int:
     """Append the CPU and GPU events of one replay; returns where the next one starts."""
     launch_ns = start_ns
     out.append(
@@ -127,7 +151,9 @@ def replay_events(graph: Graph, correlation: int, start_ns: int, rng: random.Ran
         f'{{"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": {PID_CPU}, "tid": {TID_CPU}, '
         f'"ts": {us(launch_ns)}, "dur": {us(20_000)}, "args": {{"cbid": 311, "correlation": {correlation}}}}}'
     )
-    out.append(f'{{"ph": "s", "id": {correlation}, "pid": {PID_CPU}, "tid": {TID_CPU}, "ts": {us(launch_ns)}, "cat": "ac2g", "name": "ac2g"}}')
+    out.append(
+        f'{{"ph": "s", "id": {correlation}, "pid": {PID_CPU}, "tid": {TID_CPU}, "ts": {us(launch_ns)}, "cat": "ac2g", "name": "ac2g"}}'
+    )
     lane_end = {MAIN: launch_ns + 30_000, SIDE: launch_ns + 30_000}
     lane_start = dict(lane_end)
     first_ns = lane_end[MAIN]
@@ -156,7 +182,9 @@ def replay_events(graph: Graph, correlation: int, start_ns: int, rng: random.Ran
             f'"args": {{"External id": {correlation}, "queued": 0, "device": 0, "context": 1, "stream": {lane}, '
             f'"correlation": {correlation}, {extra}{node_id}}}}}'
         )
-        out.append(f'{{"ph": "f", "id": {correlation}, "pid": 0, "tid": {lane}, "ts": {us(ts)}, "cat": "ac2g", "name": "ac2g", "bp": "e"}}')
+        out.append(
+            f'{{"ph": "f", "id": {correlation}, "pid": 0, "tid": {lane}, "ts": {us(ts)}, "cat": "ac2g", "name": "ac2g", "bp": "e"}}'
+        )
         lane_start[lane] = ts
         lane_end[lane] = max(lane_end[lane], ts + dur)
     end_ns = max(lane_end.values())
@@ -166,7 +194,9 @@ def replay_events(graph: Graph, correlation: int, start_ns: int, rng: random.Ran
             f'"tid": {lane}, "ts": {us(first_ns)}, "dur": {us(end_ns - first_ns)}, "args": {{"External id": {correlation}}}}}'
         )
     for lane in IDLE:
-        out.append(f'{{"ph": "f", "id": {correlation}, "pid": 0, "tid": {lane}, "ts": {us(first_ns)}, "cat": "ac2g", "name": "ac2g", "bp": "e"}}')
+        out.append(
+            f'{{"ph": "f", "id": {correlation}, "pid": 0, "tid": {lane}, "ts": {us(first_ns)}, "cat": "ac2g", "name": "ac2g", "bp": "e"}}'
+        )
     return end_ns + rng.randint(5_000, 50_000)
 
 
@@ -193,8 +223,12 @@ def metadata() -> list[str]:
         f'{{"name": "thread_name", "ph": "M", "ts": {us(BASE_NS)}, "pid": {PID_CPU}, "tid": {TID_CPU}, "args": {{"name": "thread {TID_CPU} (python3)"}}}}',
     ]
     for lane in (MAIN, SIDE) + IDLE:
-        out.append(f'{{"name": "thread_name", "ph": "M", "ts": {us(BASE_NS)}, "pid": 0, "tid": {lane}, "args": {{"name": "stream {lane} "}}}}')
-        out.append(f'{{"name": "thread_sort_index", "ph": "M", "ts": {us(BASE_NS)}, "pid": 0, "tid": {lane}, "args": {{"sort_index": {lane}}}}}')
+        out.append(
+            f'{{"name": "thread_name", "ph": "M", "ts": {us(BASE_NS)}, "pid": 0, "tid": {lane}, "args": {{"name": "stream {lane} "}}}}'
+        )
+        out.append(
+            f'{{"name": "thread_sort_index", "ph": "M", "ts": {us(BASE_NS)}, "pid": 0, "tid": {lane}, "args": {{"sort_index": {lane}}}}}'
+        )
     return out
 
 
@@ -207,7 +241,15 @@ HEADER = (
 FOOTER = '\n], "traceName": "synthetic.pt.trace.json"}\n'
 
 
-def generate(path: Path, target_mb: float, graphs: int = 3, nodes: int = 200, seed: int = 0, node_ids: bool = True, module_runs: int = 1) -> tuple[dict[int, list], dict[int, list]]:
+def generate(
+    path: Path,
+    target_mb: float,
+    graphs: int = 3,
+    nodes: int = 200,
+    seed: int = 0,
+    node_ids: bool = True,
+    module_runs: int = 1,
+) -> tuple[dict[int, list], dict[int, list]]:
     """Write the trace to ``path`` (gzipped for ``.gz``); returns its annotations and
     the topology of its graphs. Without ``node_ids`` the profiler wrote no ``graph
     node id`` (torch <= 2.12), the rest is the same for the same seed. ``module_runs``
@@ -245,7 +287,9 @@ def generate(path: Path, target_mb: float, graphs: int = 3, nodes: int = 200, se
     return annotations, topology
 
 
-def write_annotations(directory: Path, annotations: dict[int, list], topology: dict[int, list] | None = None) -> tuple[Path, Path]:
+def write_annotations(
+    directory: Path, annotations: dict[int, list], topology: dict[int, list] | None = None
+) -> tuple[Path, Path]:
     """``kernel_annotations_rank0_1.json`` (cgfast's format, with the topology, written
     by cgfast) and ``.pkl`` (as PyTorch pickles them, for the reference)."""
     from cgfast.annotations import save_annotations
@@ -265,10 +309,27 @@ def main() -> None:
     p.add_argument("--graphs", type=int, default=3)
     p.add_argument("--nodes", type=int, default=200, help="nodes per graph")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-node-ids", action="store_true", help="write no graph node id (like torch <= 2.12); the annotations keep the topology")
-    p.add_argument("--module-runs", type=int, default=1, help="consecutive nodes sharing a module (more than 1: every node annotated)")
+    p.add_argument(
+        "--no-node-ids",
+        action="store_true",
+        help="write no graph node id (like torch <= 2.12); the annotations keep the topology",
+    )
+    p.add_argument(
+        "--module-runs",
+        type=int,
+        default=1,
+        help="consecutive nodes sharing a module (more than 1: every node annotated)",
+    )
     a = p.parse_args()
-    annotations, topology = generate(a.output, a.target_mb, a.graphs, a.nodes, a.seed, node_ids=not a.no_node_ids, module_runs=a.module_runs)
+    annotations, topology = generate(
+        a.output,
+        a.target_mb,
+        a.graphs,
+        a.nodes,
+        a.seed,
+        node_ids=not a.no_node_ids,
+        module_runs=a.module_runs,
+    )
     write_annotations(a.output.parent, annotations, topology)
 
 

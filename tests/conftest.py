@@ -79,7 +79,9 @@ def _reference():
         try:
             return torch_reference.load_reference(), None
         except Exception as e:  # noqa: BLE001
-            pytest.fail(f"CGFAST_REFERENCE={os.environ['CGFAST_REFERENCE']} can not be loaded: {e!r}", pytrace=False)
+            pytest.fail(
+                f"CGFAST_REFERENCE={os.environ['CGFAST_REFERENCE']} can not be loaded: {e!r}", pytrace=False
+            )
     try:
         return torch_reference.load_reference(), None
     except (OSError, urllib.error.URLError, RuntimeError, TimeoutError) as e:
@@ -121,7 +123,10 @@ def tk():
 def h200_dir() -> Optional[Path]:
     """The real H200 traces: ``<repo>/../shared/fixtures/h200`` (CI) or beside the main
     checkout's parent (``/work/shared`` here)."""
-    for candidate in (ROOT.parent / "shared" / "fixtures" / "h200", ROOT.parent.parent / "shared" / "fixtures" / "h200"):
+    for candidate in (
+        ROOT.parent / "shared" / "fixtures" / "h200",
+        ROOT.parent.parent / "shared" / "fixtures" / "h200",
+    ):
         if candidate.is_dir() and any(candidate.glob("*.json.gz")):
             return candidate
     return None
@@ -132,8 +137,12 @@ def h200():
     d = h200_dir()
     if d is None:
         if os.environ.get("CI"):
-            pytest.fail("CI runs with ../shared beside the clone, but the H200 fixtures are absent", pytrace=False)
-        pytest.skip(f"the real H200 fixtures are absent (looked for {ROOT.parent / 'shared' / 'fixtures' / 'h200'})")
+            pytest.fail(
+                "CI runs with ../shared beside the clone, but the H200 fixtures are absent", pytrace=False
+            )
+        pytest.skip(
+            f"the real H200 fixtures are absent (looked for {ROOT.parent / 'shared' / 'fixtures' / 'h200'})"
+        )
     return sorted(d.glob("*.json.gz"))
 
 
@@ -161,7 +170,9 @@ def write_json_annotations(path: Path, annotations: dict, *, wrapped: bool = Tru
     return Path(path)
 
 
-def write_pickle_annotations(path: Path, annotations: dict, *, default_dict: bool = False, protocol: int = 4) -> Path:
+def write_pickle_annotations(
+    path: Path, annotations: dict, *, default_dict: bool = False, protocol: int = 4
+) -> Path:
     import collections
     import pickle
 
@@ -194,7 +205,11 @@ def load_json(path: Path) -> Any:
 
 def leftovers(directory: Path) -> list[str]:
     """Temporary files a run may have left behind."""
-    return sorted(p.name for p in Path(directory).rglob("*") if p.name.endswith(".partial") or ".partial" in p.name or p.name.startswith(".cgfast"))
+    return sorted(
+        p.name
+        for p in Path(directory).rglob("*")
+        if p.name.endswith(".partial") or ".partial" in p.name or p.name.startswith(".cgfast")
+    )
 
 
 # --------------------------------------------------------------------------- raw event bytes
@@ -307,7 +322,9 @@ class _RecordingTrace(dict):
         super().__setitem__(key, value)
 
 
-_WARNING = re.compile(r"^WARNING: large overlap ([0-9.]+)us on stream (.*?) for (.*?), skipping adjustment$", re.M | re.S)
+_WARNING = re.compile(
+    r"^WARNING: large overlap ([0-9.]+)us on stream (.*?) for (.*?), skipping adjustment$", re.M | re.S
+)
 
 
 @dataclass
@@ -321,12 +338,16 @@ class RefRun:
     gpu_pid: Any
 
 
-def run_reference_passes(ref, trace: dict, annotations, default_stream=7, overlap_stream=8, max_adjust_us=1.0) -> RefRun:
+def run_reference_passes(
+    ref, trace: dict, annotations, default_stream=7, overlap_stream=8, max_adjust_us=1.0
+) -> RefRun:
     """The reference pipeline on ``trace`` (a :class:`_RecordingTrace`, changed in place)."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         annotated = ref.annotate_trace(trace, annotations, default_stream=default_stream)
-        moved = ref._move_overlapping_to_stream(trace, default_stream=default_stream, overlap_stream=overlap_stream)
+        moved = ref._move_overlapping_to_stream(
+            trace, default_stream=default_stream, overlap_stream=overlap_stream
+        )
         fixed = ref._fix_overlapping_timestamps(trace, max_adjust_us=max_adjust_us)
     stdout = out.getvalue()
     m = re.search(r"^Removed (\d+) noise events from empty streams$", stdout, re.M)
@@ -375,7 +396,9 @@ def _place(e: dict):
     return (e.get("pid"), e.get("tid"), e.get("ts"))
 
 
-def expected_pipeline(ref, text: str, annotations, default_stream=7, overlap_stream=8, max_adjust_us=1.0) -> Expected:
+def expected_pipeline(
+    ref, text: str, annotations, default_stream=7, overlap_stream=8, max_adjust_us=1.0
+) -> Expected:
     parsed = json.loads(text)
     snapshot = copy.deepcopy(parsed["traceEvents"])
     trace = _RecordingTrace(parsed)
@@ -430,7 +453,15 @@ def expected_pipeline(ref, text: str, annotations, default_stream=7, overlap_str
     named = {e.get("tid") for e in final if e.get("ph") == "M" and e.get("name") == "thread_name"}
     appended_by_ref = sum(1 for e in final if id(e) not in index)
     for tid in sorted(work_tids - named):
-        final.append({"ph": "M", "pid": run.gpu_pid, "tid": tid, "name": "thread_name", "args": {"name": f"stream {tid}"}})
+        final.append(
+            {
+                "ph": "M",
+                "pid": run.gpu_pid,
+                "tid": tid,
+                "name": "thread_name",
+                "args": {"name": f"stream {tid}"},
+            }
+        )
 
     origin = [index.get(id(e)) for e in final]
     untouched = {i for i, e in final_of.items() if strict(e) == strict(snapshot[i])}
@@ -473,20 +504,28 @@ def check_output(exp: Expected, input_text: str, output_text: str, *, check_byte
         _diff_hint(got, exp)
     assert len(got) == len(exp.events), f"{len(got)} events written, {len(exp.events)} expected"
     for pos, (g, e) in enumerate(zip(got, exp.events)):
-        g = without_original_stream(g, exp.input_events[exp.origin[pos]] if exp.origin[pos] is not None else None)
+        g = without_original_stream(
+            g, exp.input_events[exp.origin[pos]] if exp.origin[pos] is not None else None
+        )
         if pos in exp.flexible and isinstance(g, dict) and isinstance(e, dict):
             allowed = exp.flexible[pos]
-            assert (g.get("tid"), g.get("ts")) in allowed, f"event {pos} (flow): {g} not at any of its events' final places {allowed}"
+            assert (g.get("tid"), g.get("ts")) in allowed, (
+                f"event {pos} (flow): {g} not at any of its events' final places {allowed}"
+            )
             g = {k: v for k, v in g.items() if k not in ("tid", "ts")}
             e = {k: v for k, v in e.items() if k not in ("tid", "ts")}
-        assert strict(g) == strict(e), f"event {pos} (input event {exp.origin[pos]}) differs:\n  got      {g}\n  expected {e}\n  input    {exp.input_events[exp.origin[pos]] if exp.origin[pos] is not None else None}"
+        assert strict(g) == strict(e), (
+            f"event {pos} (input event {exp.origin[pos]}) differs:\n  got      {g}\n  expected {e}\n  input    {exp.input_events[exp.origin[pos]] if exp.origin[pos] is not None else None}"
+        )
     if check_bytes:
         raw_in = split_events(input_text).events
         raw_out = split_events(output_text).events
         assert len(raw_out) == len(got) + len(spans)
         for pos, i in enumerate(exp.origin):
             if i is not None and i in exp.untouched:
-                assert raw_out[pos] == raw_in[i], f"untouched event {i} was not copied byte for byte:\n  in  {raw_in[i]!r}\n  out {raw_out[pos]!r}"
+                assert raw_out[pos] == raw_in[i], (
+                    f"untouched event {i} was not copied byte for byte:\n  in  {raw_in[i]!r}\n  out {raw_out[pos]!r}"
+                )
 
 
 def without_original_stream(out: Any, source: Any) -> Any:
@@ -500,12 +539,19 @@ def without_original_stream(out: Any, source: Any) -> Any:
     if "original_stream" not in out["args"] or "original_stream" in src_args:
         assert not moved or "original_stream" in src_args, f"a moved event has no original_stream: {out}"
         return out
-    assert moved and strict(out["args"]["original_stream"]) == strict(source.get("tid")), f"original_stream is not the input lane: {out} from {source}"
+    assert moved and strict(out["args"]["original_stream"]) == strict(source.get("tid")), (
+        f"original_stream is not the input lane: {out} from {source}"
+    )
     return {**out, "args": {k: v for k, v in out["args"].items() if k != "original_stream"}}
 
 
 def is_scope_span(e: Any) -> bool:
-    return isinstance(e, dict) and e.get("ph") == "X" and isinstance(e.get("args"), dict) and e["args"].get("cgfast") == "scope"
+    return (
+        isinstance(e, dict)
+        and e.get("ph") == "X"
+        and isinstance(e.get("args"), dict)
+        and e["args"].get("cgfast") == "scope"
+    )
 
 
 def split_spans(events: list) -> tuple[list, list]:
@@ -529,7 +575,9 @@ def check_spans(events: list, spans: list, key: str = "module") -> None:
     for s in spans:
         assert s["cat"] == "gpu_user_annotation" and s["args"] == {"cgfast": "scope", "key": key}, s
         assert isinstance(s["ts"], num) and isinstance(s["dur"], num) and s["dur"] >= 0, s
-        by_lane.setdefault((s["pid"], s["tid"]), []).append((_ns(s["ts"]), _ns(s["ts"]) + _ns(s["dur"]), s["name"]))
+        by_lane.setdefault((s["pid"], s["tid"]), []).append(
+            (_ns(s["ts"]), _ns(s["ts"]) + _ns(s["dur"]), s["name"])
+        )
     for lane, intervals in by_lane.items():
         intervals.sort(key=lambda t: (t[0], -t[1]))
         stack: list = []
@@ -537,20 +585,32 @@ def check_spans(events: list, spans: list, key: str = "module") -> None:
             while stack and stack[-1][1] <= start:
                 stack.pop()
             if stack:
-                assert end <= stack[-1][1], f"spans cross on lane {lane}: {stack[-1]} and {(start, end, name)}"
+                assert end <= stack[-1][1], (
+                    f"spans cross on lane {lane}: {stack[-1]} and {(start, end, name)}"
+                )
             stack.append((start, end, name))
     graphed = []
     for e in events:
-        if not isinstance(e, dict) or e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset") or not isinstance(e.get("args"), dict):
+        if (
+            not isinstance(e, dict)
+            or e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset")
+            or not isinstance(e.get("args"), dict)
+        ):
             continue
         node = e["args"].get("graph node id")
-        if node in (None, 0) or not isinstance(e.get("ts"), num) or not isinstance(e.get("dur", 0), num) or isinstance(e.get("ts"), bool):
+        if (
+            node in (None, 0)
+            or not isinstance(e.get("ts"), num)
+            or not isinstance(e.get("dur", 0), num)
+            or isinstance(e.get("ts"), bool)
+        ):
             continue
         graphed.append(e)
     covered = {id(s): [] for s in spans}
     spans_of_lane: dict = {}
     for s in spans:
         spans_of_lane.setdefault((s["pid"], s["tid"]), []).append(s)
+
     # events that overlap on a lane share the spans of their common prefix only: no
     # spans can hold each of two overlapping events of different scopes and not cross
     def value_of(e):
@@ -592,17 +652,29 @@ def check_spans(events: list, spans: list, key: str = "module") -> None:
                 cluster_end = end if cluster_end is None else max(cluster_end, end)
     for e in graphed:
         start, end = _ns(e["ts"]), _ns(e["ts"]) + _ns(e.get("dur", 0))
-        inside = [s for s in spans_of_lane.get((e.get("pid"), e.get("tid")), []) if _ns(s["ts"]) <= start and end <= _ns(s["ts"]) + _ns(s["dur"])]
+        inside = [
+            s
+            for s in spans_of_lane.get((e.get("pid"), e.get("tid")), [])
+            if _ns(s["ts"]) <= start and end <= _ns(s["ts"]) + _ns(s["dur"])
+        ]
         for s in inside:
             covered[id(s)].append(e)
         if wanted[id(e)]:
-            assert any(s["name"] == wanted[id(e)] for s in inside), f"event {e} lies in no span {wanted[id(e)]!r} on its lane"
+            assert any(s["name"] == wanted[id(e)] for s in inside), (
+                f"event {e} lies in no span {wanted[id(e)]!r} on its lane"
+            )
     for s in spans:
         events_in = covered[id(s)]
         values = [value_of(e) for e in events_in]
-        assert any(v is not None and (v == s["name"] or v.startswith(s["name"] + ".")) for v in values), f"span {s} covers no event of that scope"
-        assert _ns(s["ts"]) == min(_ns(e["ts"]) for e in events_in), f"span {s} does not start at its first event"
-        assert _ns(s["ts"]) + _ns(s["dur"]) == max(_ns(e["ts"]) + _ns(e.get("dur", 0)) for e in events_in), f"span {s} does not end at its last event"
+        assert any(v is not None and (v == s["name"] or v.startswith(s["name"] + ".")) for v in values), (
+            f"span {s} covers no event of that scope"
+        )
+        assert _ns(s["ts"]) == min(_ns(e["ts"]) for e in events_in), (
+            f"span {s} does not start at its first event"
+        )
+        assert _ns(s["ts"]) + _ns(s["dur"]) == max(_ns(e["ts"]) + _ns(e.get("dur", 0)) for e in events_in), (
+            f"span {s} does not end at its last event"
+        )
 
 
 def _diff_hint(got, exp):  # pragma: no cover - only prints on failure
@@ -674,7 +746,9 @@ def clean_env() -> dict:
     return env
 
 
-def run_cli(*args, cwd=None, command: Optional[list[str]] = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def run_cli(
+    *args, cwd=None, command: Optional[list[str]] = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
     cmd = (command or cli_command()) + [str(a) for a in args]
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=clean_env())
 

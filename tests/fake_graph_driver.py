@@ -204,7 +204,9 @@ class FakeGraphDriver:
     def child_graph(self, kernel_names=("child_kernel",), stream: Optional[FakeStream] = None):
         body = self._new_graph()
         for name in kernel_names:
-            body.nodes.append(self._register(FakeNode(body, NodeType.KERNEL, KernelLaunch(name, (1, 1, 1), (32, 1, 1)))))
+            body.nodes.append(
+                self._register(FakeNode(body, NodeType.KERNEL, KernelLaunch(name, (1, 1, 1), (32, 1, 1))))
+            )
         node = self.add_node(NodeType.GRAPH, stream)
         if node is not None:
             node.body = body

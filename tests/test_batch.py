@@ -10,14 +10,18 @@ import pytest
 from trace_files import cgfast, training_job
 
 pytest.importorskip("cgfast._cgfast")
-distributed = pytest.importorskip("distributed", reason="the dask extra (pip install 'cgfast[dask]') is not installed")
+distributed = pytest.importorskip(
+    "distributed", reason="the dask extra (pip install 'cgfast[dask]') is not installed"
+)
 
 from cgfast.batch import BatchError, annotate_many  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def client():
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+    ) as cluster:
         with distributed.Client(cluster) as client:
             yield client
 
@@ -36,7 +40,10 @@ def work(job, tmp_path):
 
 
 def outputs(traces):
-    return {p.relative_to(traces): gzip.decompress(p.read_bytes()) for p in sorted(traces.rglob("*.annotated.json.gz"))}
+    return {
+        p.relative_to(traces): gzip.decompress(p.read_bytes())
+        for p in sorted(traces.rglob("*.annotated.json.gz"))
+    }
 
 
 def test_every_trace_is_annotated_on_the_cluster(client, work):
@@ -65,8 +72,15 @@ def test_failures_are_reported_not_raised(client, work):
 
 
 def test_options_reach_the_workers(client, work):
-    reports = annotate_many(f"{work}/step_2/*.gz", engine=client, annotations=work / "kernel_annotations_rank0_1.json", recover="never")
-    assert [r["report"]["annotations"] for r in reports] == [str(work / "kernel_annotations_rank0_1.json")] * 2
+    reports = annotate_many(
+        f"{work}/step_2/*.gz",
+        engine=client,
+        annotations=work / "kernel_annotations_rank0_1.json",
+        recover="never",
+    )
+    assert [r["report"]["annotations"] for r in reports] == [
+        str(work / "kernel_annotations_rank0_1.json")
+    ] * 2
     with pytest.raises(TypeError, match="output"):
         annotate_many(work, engine=client, output="x.json")
 
@@ -76,7 +90,9 @@ def test_the_current_client_or_threads_when_there_is_none(client, work, monkeypa
 
     used = []
     on_cluster = batch._on_cluster
-    monkeypatch.setattr(batch, "_on_cluster", lambda c, traces, options: used.append(c) or on_cluster(c, traces, options))
+    monkeypatch.setattr(
+        batch, "_on_cluster", lambda c, traces, options: used.append(c) or on_cluster(c, traces, options)
+    )
     assert all(r["ok"] for r in annotate_many(work))
     assert used == [client], "the client of this process"
     monkeypatch.setattr(batch, "_current_client", lambda: None)

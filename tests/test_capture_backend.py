@@ -49,7 +49,12 @@ def test_verify_accepts_ids_in_the_graphs_own_id_space():
 
 def test_verify_rejects_a_failing_source_with_its_error():
     with pytest.raises(IdSourceUnavailable, match="cudaErrorCallRequiresNewerDriver"):
-        verify(ScriptedIds("old driver", error="cudaGraphNodeGetToolsId failed: cudaErrorCallRequiresNewerDriver"), PROBE)
+        verify(
+            ScriptedIds(
+                "old driver", error="cudaGraphNodeGetToolsId failed: cudaErrorCallRequiresNewerDriver"
+            ),
+            PROBE,
+        )
 
 
 def test_verify_rejects_node_ids_outside_the_graph():
@@ -59,7 +64,10 @@ def test_verify_rejects_node_ids_outside_the_graph():
 
 def test_agree_names_the_first_difference():
     assert agree(ScriptedIds("tools-id"), ScriptedIds("cupti"), PROBE) is None
-    assert agree(ScriptedIds("tools-id"), ScriptedIds("cupti", exec_id=9), PROBE) == "exec id: tools-id says 0x8, cupti says 0x9"
+    assert (
+        agree(ScriptedIds("tools-id"), ScriptedIds("cupti", exec_id=9), PROBE)
+        == "exec id: tools-id says 0x8, cupti says 0x9"
+    )
     message = agree(ScriptedIds("tools-id"), ScriptedIds("cupti", graph_id=3, node_id=3 << 32), PROBE)
     assert message.startswith("graph id: ")
 
@@ -88,7 +96,9 @@ def test_libcupti_candidates_cover_the_wheel_layouts(tmp_path, monkeypatch):
     monkeypatch.setattr(_id_sources, "_torch_libcupti", lambda: [])
     wheel_dirs = [nvidia / "cuda_cupti/lib", nvidia / "cu13/lib"]
     monkeypatch.setattr(
-        _id_sources, "_wheel_libcupti", lambda: [p for d in wheel_dirs for p in _id_sources._glob_libcupti(str(d))]
+        _id_sources,
+        "_wheel_libcupti",
+        lambda: [p for d in wheel_dirs for p in _id_sources._glob_libcupti(str(d))],
     )
     candidates = libcupti_candidates(cuda_major=13)
     assert candidates[:3] == [
@@ -141,5 +151,7 @@ def test_importing_cgfast_capture_neither_imports_torch_nor_chooses_a_backend():
         "    pass\n"
         "assert 'torch' not in sys.modules\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ)
+    )
     assert result.returncode == 0, result.stderr

@@ -8,7 +8,9 @@ from cgfast import capture
 from cgfast.capture._graphs import patch_class, unpatch_class
 from fake_graph_driver import FakeCUDAGraph, capturing, fake  # noqa: F401  (fixture)
 
-BOTH_TORCH_STYLES = pytest.mark.parametrize("python_instantiate", [True, False], ids=["torch>=2.15", "torch<=2.14"])
+BOTH_TORCH_STYLES = pytest.mark.parametrize(
+    "python_instantiate", [True, False], ids=["torch>=2.15", "torch<=2.14"]
+)
 
 
 def capture_one(driver, name, keep_graph=False, python_instantiate=True, kernels=2):
@@ -77,9 +79,13 @@ def test_remapping_one_graph_leaves_another_pending_graph_alone(fake):
     kept, kept_nodes = capture_one(fake, "kept", keep_graph=True)
     other, other_nodes = capture_one(fake, "other")
     kept_capture_id = kept_nodes[0].graph.id
-    assert set(capture.get_kernel_annotations()) == keys_of(kept_capture_id, kept_nodes) | keys_of(other.graph_exec.id, other_nodes)
+    assert set(capture.get_kernel_annotations()) == keys_of(kept_capture_id, kept_nodes) | keys_of(
+        other.graph_exec.id, other_nodes
+    )
     kept.instantiate()
-    assert set(capture.get_kernel_annotations()) == keys_of(kept.graph_exec.id, kept_nodes) | keys_of(other.graph_exec.id, other_nodes)
+    assert set(capture.get_kernel_annotations()) == keys_of(kept.graph_exec.id, kept_nodes) | keys_of(
+        other.graph_exec.id, other_nodes
+    )
 
 
 def test_recaptured_graph_object_gets_fresh_keys_and_old_ones_stay(fake):
@@ -221,7 +227,9 @@ def test_recording_enables_for_its_extent_and_keeps_earlier_annotations(fake):
             assert fake.launch("eager") is None
         second, second_nodes = capture_one(fake, "inside")
     assert not capture.annotations_enabled()
-    assert set(capture.get_kernel_annotations()) == keys_of(first.graph_exec.id, first_nodes) | keys_of(second.graph_exec.id, second_nodes)
+    assert set(capture.get_kernel_annotations()) == keys_of(first.graph_exec.id, first_nodes) | keys_of(
+        second.graph_exec.id, second_nodes
+    )
 
 
 def test_recording_restores_an_enabled_state_and_nests(fake):

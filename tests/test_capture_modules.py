@@ -56,7 +56,9 @@ class LaunchEachOp(TorchDispatchMode):
                 self.expected[node] = {"module": module} if module is not None else None
             else:
                 module = self.created_in.get(running)
-                self.expected[node] = {"module": module, "autograd_phase": "backward"} if module is not None else None
+                self.expected[node] = (
+                    {"module": module, "autograd_phase": "backward"} if module is not None else None
+                )
         return out
 
     def note_creation(self, autograd_node):
@@ -273,7 +275,11 @@ class ScopedBlock(torch.nn.Module):
 def backward_ops(fake, g, launcher):
     """Recorded annotations of the nodes backward ops added, by the autograd node that ran them."""
     got = recorded(g, launcher.expected)
-    return [(node.launch.name, got[node]) for node in g.template.nodes if node.launch and node in launcher.backward]
+    return [
+        (node.launch.name, got[node])
+        for node in g.template.nodes
+        if node.launch and node in launcher.backward
+    ]
 
 
 class Launcher(LaunchEachOp):

@@ -75,7 +75,9 @@ def test_every_replay_runs_inside_a_stamp_naming_its_exec_graph(op_graphs, tmp_p
 
 
 @pytest.mark.parametrize("python_instantiate", [True, False], ids=["torch>=2.15", "torch<=2.14"])
-def test_a_kept_graph_first_replayed_under_the_profiler_is_stamped_with_its_exec_id(op_graphs, tmp_path, python_instantiate):
+def test_a_kept_graph_first_replayed_under_the_profiler_is_stamped_with_its_exec_id(
+    op_graphs, tmp_path, python_instantiate
+):
     capture.enable_annotations()
     g = captured(op_graphs, "kept", keep_graph=True, python_instantiate=python_instantiate)
     assert g.graph_exec is None
@@ -91,7 +93,9 @@ def test_no_stamps_outside_a_profiler_session_or_for_unrecorded_graphs(op_graphs
     recorded = captured(op_graphs, "on")
     opened = []
     real = torch.autograd.profiler.record_function
-    monkeypatch.setattr(torch.autograd.profiler, "record_function", lambda name: opened.append(name) or real(name))
+    monkeypatch.setattr(
+        torch.autograd.profiler, "record_function", lambda name: opened.append(name) or real(name)
+    )
     recorded.replay()
     assert opened == []
     stamps, ops = stamps_and_ops(profiled_events(tmp_path, lambda: (unrecorded.replay(), recorded.replay())))

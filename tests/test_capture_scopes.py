@@ -109,7 +109,10 @@ def test_only_kernel_memcpy_and_memset_nodes_are_recorded(fake):
         fake.launch("start")
         with capture.mark_kernels("mixed"):
             kept = [fake.launch("k"), fake.memcpy(), fake.memset()]
-            skipped = [fake.add_node(t) for t in (NodeType.HOST, NodeType.EMPTY, NodeType.EVENT_RECORD, NodeType.MEM_ALLOC)]
+            skipped = [
+                fake.add_node(t)
+                for t in (NodeType.HOST, NodeType.EMPTY, NodeType.EVENT_RECORD, NodeType.MEM_ALLOC)
+            ]
             kept.append(fake.launch("after the others"))
     assert annotations_of(g, kept) == [[{"name": "mixed"}]] * 4
     assert annotations_of(g, skipped) == [None] * 4
@@ -365,7 +368,9 @@ def test_manual_enter_exit_as_generated_code_does(fake):
     g = FakeCUDAGraph(fake)
     with capturing(g):
         fake.launch("a")
-        ctx = capture.mark_kernels({"name": "triton_poi_fused_add_0", "kernel_name": "triton_poi_fused_add_0"})
+        ctx = capture.mark_kernels(
+            {"name": "triton_poi_fused_add_0", "kernel_name": "triton_poi_fused_add_0"}
+        )
         ctx.__enter__()
         k = fake.launch("triton_poi_fused_add_0")
         ctx.__exit__(None, None, None)

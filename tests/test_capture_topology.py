@@ -36,11 +36,39 @@ def test_topology_lists_every_annotatable_node_with_collapsed_dependencies(fake)
 
     assert topology[exec_id] == [
         {"id": key(copy), "type": "memcpy", "name": None, "deps": [], "grid": None, "block": None},
-        {"id": key(norm), "type": "kernel", "name": "_Z4normPf", "deps": [key(copy)], "grid": [64, 1, 1], "block": [256, 1, 1]},
-        {"id": key(gemm), "type": "kernel", "name": "_Z4gemmPf", "deps": [key(norm)], "grid": [8, 8, 2], "block": [128, 1, 1]},
+        {
+            "id": key(norm),
+            "type": "kernel",
+            "name": "_Z4normPf",
+            "deps": [key(copy)],
+            "grid": [64, 1, 1],
+            "block": [256, 1, 1],
+        },
+        {
+            "id": key(gemm),
+            "type": "kernel",
+            "name": "_Z4gemmPf",
+            "deps": [key(norm)],
+            "grid": [8, 8, 2],
+            "block": [128, 1, 1],
+        },
         {"id": key(clear), "type": "memset", "name": None, "deps": [key(gemm)], "grid": None, "block": None},
-        {"id": key(side_kernel), "type": "kernel", "name": "side", "deps": [key(clear)], "grid": [1, 1, 1], "block": [128, 1, 1]},
-        {"id": key(last), "type": "kernel", "name": "last", "deps": [key(gemm), key(side_kernel)], "grid": [1, 1, 1], "block": [128, 1, 1]},
+        {
+            "id": key(side_kernel),
+            "type": "kernel",
+            "name": "side",
+            "deps": [key(clear)],
+            "grid": [1, 1, 1],
+            "block": [128, 1, 1],
+        },
+        {
+            "id": key(last),
+            "type": "kernel",
+            "name": "last",
+            "deps": [key(gemm), key(side_kernel)],
+            "grid": [1, 1, 1],
+            "block": [128, 1, 1],
+        },
     ]
 
 

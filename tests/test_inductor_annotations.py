@@ -87,9 +87,7 @@ def test_annotation_keys_and_precedence():
         "component": "c",
         "autograd_phase": "backward",
     }
-    assert annotation_of([], "triton_poi_fused_0", is_backward=False) == {
-        "name": "triton_poi_fused_0"
-    }
+    assert annotation_of([], "triton_poi_fused_0", is_backward=False) == {"name": "triton_poi_fused_0"}
 
 
 def test_views_and_getitem_do_no_work():

@@ -145,9 +145,7 @@ def test_toggle_off_generates_plain_code(model, inference_code):
         return [
             line
             for line in code.splitlines()
-            if "_annotation_ctx" not in line
-            and line != IMPORT
-            and not line.startswith("# AOT ID")
+            if "_annotation_ctx" not in line and line != IMPORT and not line.startswith("# AOT ID")
         ]
 
     assert without_brackets(inference_code) == without_brackets(plain)

@@ -60,7 +60,9 @@ def _modules_of(found) -> list:
     for bracket in found:
         if "module" in bracket.annotation:
             names.append(bracket.annotation["module"])
-        names.extend(bracket.annotation.get("modules", "").split(" + ") if "modules" in bracket.annotation else [])
+        names.extend(
+            bracket.annotation.get("modules", "").split(" + ") if "modules" in bracket.annotation else []
+        )
     return names
 
 

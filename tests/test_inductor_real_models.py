@@ -30,8 +30,13 @@ VOCAB = 128
 
 def _llama():
     cfg = transformers.LlamaConfig(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
     )
     return transformers.LlamaForCausalLM(cfg)
 
@@ -55,6 +60,7 @@ def _compile(model, ids, training):
     torch._dynamo.reset()
     with config.patch({TOGGLE_KEY: True}):
         if training:
+
             def step(ids):
                 model(input_ids=ids, labels=ids).loss.backward()
 
@@ -65,8 +71,11 @@ def _compile(model, ids, training):
     return all_brackets(codes)
 
 
-@pytest.fixture(scope="module", params=[("llama", False), ("gpt2", False), ("llama", True)],
-                ids=["llama", "gpt2", "llama-training"])
+@pytest.fixture(
+    scope="module",
+    params=[("llama", False), ("gpt2", False), ("llama", True)],
+    ids=["llama", "gpt2", "llama-training"],
+)
 def compiled(request):
     name, training = request.param
     torch.manual_seed(0)
@@ -79,9 +88,7 @@ def compiled(request):
 def _figures(name, training, model, found):
     names = {n for n, _ in model.named_modules()}
     backbone = getattr(model, "base_model_prefix", "")
-    root_level = [
-        b for b in found if b.annotation.get("module", "") in ("", backbone)
-    ]
+    root_level = [b for b in found if b.annotation.get("module", "") in ("", backbone)]
     given = [b.annotation["module"] for b in found if "module" in b.annotation]
     for b in found:
         if "modules" in b.annotation:
@@ -109,8 +116,7 @@ def test_names_are_submodules_and_few_kernels_sit_at_root_level(compiled):
     assert figures["root_level"] <= ROOT_SHARE_LIMIT * figures["brackets"], figures
     # every projection's matmul is attributed to that very Linear (or Conv1D)
     leaves = {
-        n for n, m in model.named_modules()
-        if type(m).__name__ in ("Linear", "Conv1D") and n != "lm_head"
+        n for n, m in model.named_modules() if type(m).__name__ in ("Linear", "Conv1D") and n != "lm_head"
     }
     given = {b.annotation.get("module") for b in found}
     assert leaves <= given, sorted(leaves - given)

@@ -29,7 +29,11 @@ def job(tmp_path, stacks):
 
 
 def kernels_of(path):
-    return {e["args"]["graph node id"]: e["args"] for e in read_json(path)["traceEvents"] if e.get("cat") == "kernel"}
+    return {
+        e["args"]["graph node id"]: e["args"]
+        for e in read_json(path)["traceEvents"]
+        if e.get("cat") == "kernel"
+    }
 
 
 def test_annotated_kernels_get_their_launch_frames(tmp_path):

@@ -47,7 +47,10 @@ def test_a_directory_annotates_every_trace_with_its_ranks_annotations(work):
     for trace in traces_in(work):
         assert output_of(trace).exists()
     by_input = {r["input"]: r for r in report["reports"]}
-    assert by_input["traces/step_2/000001.7.pt.trace.json.gz"]["annotations"] == "traces/kernel_annotations_rank1_1.json"
+    assert (
+        by_input["traces/step_2/000001.7.pt.trace.json.gz"]["annotations"]
+        == "traces/kernel_annotations_rank1_1.json"
+    )
     assert all(r["annotated"] > 0 for r in report["reports"])
     assert report["files_per_s"] > 0 and report["mb_per_s"] > 0
     # A second run finds the same traces, not the outputs of the first.
@@ -76,7 +79,10 @@ def test_one_thread_and_two_write_the_same(work, tmp_path):
 def test_patterns_and_several_paths(work):
     run = cgfast("annotate", "traces/step_1/*", "--json", cwd=work)
     assert run.returncode == 0, run.stderr
-    assert [r["input"] for r in json.loads(run.stdout)["reports"]] == ["traces/step_1/000000.7.pt.trace.json.gz", "traces/step_1/000001.7.pt.trace.json.gz"]
+    assert [r["input"] for r in json.loads(run.stdout)["reports"]] == [
+        "traces/step_1/000000.7.pt.trace.json.gz",
+        "traces/step_1/000001.7.pt.trace.json.gz",
+    ]
     # The pattern matched the outputs just written too: they are left out.
     again = json.loads(cgfast("annotate", "traces/**/*.gz", "--json", cwd=work).stdout)
     assert again["traces"] == 4
@@ -94,7 +100,9 @@ def test_a_failure_does_not_stop_the_others(work):
     failures = [line for line in run.stderr.splitlines() if line.startswith("cgfast: failed: ")]
     assert len(failures) == 2
     assert "000000.9.pt.trace.json: the trace is truncated" in failures[0]
-    assert failures[1].count("000007.1.pt.trace.json") == 1 and "could not find the annotations" in failures[1]
+    assert (
+        failures[1].count("000007.1.pt.trace.json") == 1 and "could not find the annotations" in failures[1]
+    )
     assert run.stderr.splitlines()[-1] == "cgfast: error: 2 of 6 traces failed"
     assert "Traceback" not in run.stderr and "panic" not in run.stderr
     for trace in traces_in(work):
@@ -106,7 +114,9 @@ def test_explicit_annotations_serve_every_trace(work):
     write_trace(work / "traces" / "step_1" / "000009.1.pt.trace.json", [])
     run = cgfast("annotate", "traces", "-a", "traces/kernel_annotations_rank0_1.json", "--json", cwd=work)
     assert run.returncode == 0, run.stderr
-    assert {r["annotations"] for r in json.loads(run.stdout)["reports"]} == {"traces/kernel_annotations_rank0_1.json"}
+    assert {r["annotations"] for r in json.loads(run.stdout)["reports"]} == {
+        "traces/kernel_annotations_rank0_1.json"
+    }
 
 
 def test_verbose_lists_every_trace(work):

@@ -14,7 +14,11 @@ from cgfast import _cgfast  # noqa: E402
 
 PACKAGE = Path(cg.__file__).resolve().parent
 STUB = ast.parse((PACKAGE / "_cgfast.pyi").read_text())
-KINDS = {"args": inspect.Parameter.POSITIONAL_OR_KEYWORD, "kwonlyargs": inspect.Parameter.KEYWORD_ONLY, "posonlyargs": inspect.Parameter.POSITIONAL_ONLY}
+KINDS = {
+    "args": inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    "kwonlyargs": inspect.Parameter.KEYWORD_ONLY,
+    "posonlyargs": inspect.Parameter.POSITIONAL_ONLY,
+}
 
 
 def stub_names() -> dict[str, ast.stmt]:
@@ -36,20 +40,34 @@ def stub_parameters(f: ast.FunctionDef) -> list[tuple[str, inspect._ParameterKin
     a = f.args
     assert a.vararg is None and a.kwarg is None, f.name
     positional = [*a.posonlyargs, *a.args]
-    defaults = [inspect.Parameter.empty] * (len(positional) - len(a.defaults)) + [ast.literal_eval(d) for d in a.defaults]
+    defaults = [inspect.Parameter.empty] * (len(positional) - len(a.defaults)) + [
+        ast.literal_eval(d) for d in a.defaults
+    ]
     kinds = [KINDS["posonlyargs"]] * len(a.posonlyargs) + [KINDS["args"]] * len(a.args)
     out = [(p.arg, kind, d) for p, kind, d in zip(positional, kinds, defaults)]
-    out += [(p.arg, KINDS["kwonlyargs"], inspect.Parameter.empty if d is None else ast.literal_eval(d)) for p, d in zip(a.kwonlyargs, a.kw_defaults)]
+    out += [
+        (p.arg, KINDS["kwonlyargs"], inspect.Parameter.empty if d is None else ast.literal_eval(d))
+        for p, d in zip(a.kwonlyargs, a.kw_defaults)
+    ]
     return out
 
 
 def test_the_stub_names_exactly_what_the_module_exports():
     assert set(stub_names()) == exported()
-    listed = next(node.value for node in STUB.body if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["__all__"])
+    listed = next(
+        node.value
+        for node in STUB.body
+        if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["__all__"]
+    )
     assert sorted(ast.literal_eval(listed)) == sorted(_cgfast.__all__) == sorted(exported())
 
 
-@pytest.mark.parametrize("name", sorted(n for n in exported() if callable(getattr(_cgfast, n)) and not isinstance(getattr(_cgfast, n), type)))
+@pytest.mark.parametrize(
+    "name",
+    sorted(
+        n for n in exported() if callable(getattr(_cgfast, n)) and not isinstance(getattr(_cgfast, n), type)
+    ),
+)
 def test_each_function_has_the_stubs_parameters_and_a_docstring(name):
     function = getattr(_cgfast, name)
     stub = stub_names()[name]
@@ -62,7 +80,9 @@ def test_each_function_has_the_stubs_parameters_and_a_docstring(name):
 
 def test_the_exception_and_the_version():
     stub = stub_names()
-    assert isinstance(stub["TraceError"], ast.ClassDef) and [ast.unparse(b) for b in stub["TraceError"].bases] == ["ValueError"]
+    assert isinstance(stub["TraceError"], ast.ClassDef) and [
+        ast.unparse(b) for b in stub["TraceError"].bases
+    ] == ["ValueError"]
     assert issubclass(_cgfast.TraceError, ValueError) and _cgfast.TraceError.__doc__
     assert ast.unparse(stub["__version__"].annotation) == "str" and isinstance(_cgfast.__version__, str)
 
@@ -72,9 +92,16 @@ def test_the_package_says_it_is_typed():
 
 
 def test_help_explains_the_file_and_dict_functions():
-    for function in (cg.annotate_file, cg.annotate_trace, cg.move_overlapping_to_stream, cg.fix_overlapping_timestamps):
+    for function in (
+        cg.annotate_file,
+        cg.annotate_trace,
+        cg.move_overlapping_to_stream,
+        cg.fix_overlapping_timestamps,
+    ):
         text = pydoc_text(function)
-        assert function.__name__ in text and " ".join(inspect.getdoc(function).split()[:12]) in " ".join(text.split()), text
+        assert function.__name__ in text and " ".join(inspect.getdoc(function).split()[:12]) in " ".join(
+            text.split()
+        ), text
 
 
 def pydoc_text(obj) -> str:

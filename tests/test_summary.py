@@ -31,7 +31,16 @@ EVENTS = [
     kernel(100, 10, name="gemm", replay=2, node=1, module="a"),
     kernel(100, 4, tid=8, name="norm", replay=2, node=4, module="a"),
     kernel(200, 3, name="eager", replay=9, node=0, module="a"),
-    {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 0, "dur": 500, "args": {"module": "a"}},
+    {
+        "ph": "X",
+        "cat": "cpu_op",
+        "name": "op",
+        "pid": 1,
+        "tid": 1,
+        "ts": 0,
+        "dur": 500,
+        "args": {"module": "a"},
+    },
 ]
 BUSY = 29.0
 ATTRIBUTED = {"a": 17.5, "b": 7.5, None: 4.0}
@@ -65,16 +74,31 @@ def test_busy_time_and_shares_match_the_hand_computed_ones(trace):
     assert sum(r["share"] for r in report["rows"]) == pytest.approx(1.0)
     a = rows["a"]
     assert (a["kernels"], a["total_us"], a["mean_us"], a["busy_us"]) == (3, 24.0, 8.0, 20.0)
-    assert a["top_kernels"] == [{"name": "gemm", "kernels": 2, "total_us": 20.0}, {"name": "norm", "kernels": 1, "total_us": 4.0}]
+    assert a["top_kernels"] == [
+        {"name": "gemm", "kernels": 2, "total_us": 20.0},
+        {"name": "norm", "kernels": 1, "total_us": 4.0},
+    ]
 
 
 def test_steps_report_each_replay_and_the_spread(trace):
     report = report_of(trace, "--by", "module", "--steps")
     replays = report["replays"]
-    assert [(r["replay"], r["kernels"], r["busy_us"], r["span_us"]) for r in replays] == [(1, 3, 19.0, 24.0), (2, 2, 10.0, 10.0)]
-    assert [(v["value"], v["attributed_us"]) for v in replays[0]["values"]] == [("a", 7.5), ("b", 7.5), (None, 4.0)]
+    assert [(r["replay"], r["kernels"], r["busy_us"], r["span_us"]) for r in replays] == [
+        (1, 3, 19.0, 24.0),
+        (2, 2, 10.0, 10.0),
+    ]
+    assert [(v["value"], v["attributed_us"]) for v in replays[0]["values"]] == [
+        ("a", 7.5),
+        ("b", 7.5),
+        (None, 4.0),
+    ]
     a = next(r for r in report["rows"] if r["value"] == "a")
-    assert (a["replays"], a["replay_min_us"], a["replay_median_us"], a["replay_max_us"]) == (2, 7.5, 8.75, 10.0)
+    assert (a["replays"], a["replay_min_us"], a["replay_median_us"], a["replay_max_us"]) == (
+        2,
+        7.5,
+        8.75,
+        10.0,
+    )
     assert a["replay_stdev_us"] == pytest.approx(1.25)
     spread = report["replay_spread"]["busy_us"]
     assert (spread["count"], spread["min"], spread["max"], spread["median"]) == (2, 10.0, 19.0, 14.5)
@@ -98,7 +122,16 @@ def test_csv_rows(trace):
     assert run.returncode == 0, run.stderr
     rows = list(csv.DictReader(io.StringIO(run.stdout)))
     assert [r["value"] for r in rows] == ["a", "b", ""]
-    assert list(rows[0]) == ["value", "kernels", "total_us", "mean_us", "busy_us", "attributed_us", "share", "top_kernels"]
+    assert list(rows[0]) == [
+        "value",
+        "kernels",
+        "total_us",
+        "mean_us",
+        "busy_us",
+        "attributed_us",
+        "share",
+        "top_kernels",
+    ]
     assert float(rows[1]["attributed_us"]) == 7.5
     assert json.loads(rows[0]["top_kernels"])[0]["name"] == "gemm"
     run = cgfast("summary", trace, "--by", "module", "--format", "csv", "--steps")
@@ -159,7 +192,11 @@ def test_a_synthetic_replay_trace_against_a_plain_python_reckoning(tmp_path, nod
     assert run.returncode == 0, run.stderr
     report = report_of(out, "--by", "name", "--top", "1")
 
-    graphed = [e for e in read_json(out)["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e["args"].get("graph node id", 0) != 0]
+    graphed = [
+        e
+        for e in read_json(out)["traceEvents"]
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e["args"].get("graph node id", 0) != 0
+    ]
     ns = lambda us: round(us * 1000)  # noqa: E731  (the trace's 3 decimals, exactly)
     intervals = [(ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])) for e in graphed]
     assert report["totals"]["kernels"] == len(graphed)
@@ -184,7 +221,10 @@ def test_a_synthetic_replay_trace_against_a_plain_python_reckoning(tmp_path, nod
     "args, message",
     [
         (["missing.annotated.json"], "missing.annotated.json: no such file"),
-        (["bad.annotated.json"], "cgfast: error: bad.annotated.json: not a valid trace: expected ',' or ']' between events at byte 19"),
+        (
+            ["bad.annotated.json"],
+            "cgfast: error: bad.annotated.json: not a valid trace: expected ',' or ']' between events at byte 19",
+        ),
         (["cut.annotated.json"], "cgfast: error: cut.annotated.json: the trace is truncated"),
         (["missing.annotated.json", "cut.annotated.json"], "none of the 2 traces could be read"),
         (["empty_dir"], "no annotated traces (*.annotated.json or *.annotated.json.gz) under"),
@@ -239,7 +279,12 @@ def test_data_frames_with_pandas(trace):
 
 def test_importing_cgfast_imports_no_pandas_torch_or_dask():
     code = "import sys, cgfast, cgfast.summary, cgfast.batch; print(sorted(m for m in ('pandas', 'torch', 'distributed', 'dask') if m in sys.modules))"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+    assert (
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        == "[]"
+    )
 
 
 # The chart: bars in a real browser.
@@ -249,7 +294,14 @@ GREY = (0xBA, 0xB0, 0xAC)
 
 
 def browser():
-    return next((b for b in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable") if shutil.which(b)), None)
+    return next(
+        (
+            b
+            for b in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+            if shutil.which(b)
+        ),
+        None,
+    )
 
 
 def read_png(path: Path):
@@ -315,9 +367,17 @@ def screenshot(page: Path, tmp_path: Path) -> Path:
     failures = []
     for attempt in range(2):
         command = [
-            browser(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-            f"--user-data-dir={tmp_path / f'profile{attempt}'}", "--hide-scrollbars", "--window-size=1200,800",
-            f"--screenshot={png}", page.as_uri(),
+            browser(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / f'profile{attempt}'}",
+            "--hide-scrollbars",
+            "--window-size=1200,800",
+            f"--screenshot={png}",
+            page.as_uri(),
         ]
         shot = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if png.exists():
@@ -326,11 +386,16 @@ def screenshot(page: Path, tmp_path: Path) -> Path:
     pytest.fail("the browser wrote no screenshot:\n" + "\n".join(failures))
 
 
-@pytest.mark.skipif(browser() is None, reason="no headless browser (apt-get install chromium) to render the chart in")
+@pytest.mark.skipif(
+    browser() is None, reason="no headless browser (apt-get install chromium) to render the chart in"
+)
 @pytest.mark.parametrize("kind", ["svg", "html"])
 def test_the_chart_renders_in_a_browser(tmp_path, kind):
     times = {"attention": 50, "mlp": 40, "norm": 30, "embed <&>": 20, "head": 10}
-    events = [kernel(1000 * k, us, replay=1, node=k + 1, module=value) for k, (value, us) in enumerate(times.items())]
+    events = [
+        kernel(1000 * k, us, replay=1, node=k + 1, module=value)
+        for k, (value, us) in enumerate(times.items())
+    ]
     events.append(kernel(9000, 25, replay=1, node=99))
     trace = write_trace(tmp_path / "c.annotated.json", events)
     chart = tmp_path / f"chart.{kind}"

@@ -41,7 +41,14 @@ def example(request, tmp_path_factory):
     """An H200 compiled example (training step, or transformer inference), annotated by the CLI."""
     example = EXAMPLES / request.param
     out = tmp_path_factory.mktemp(request.param) / f"{request.param}.annotated.json"
-    run = cgfast("annotate", example / "000000.h200.pt.trace.json.gz", "-a", next(example.glob("kernel_annotations_*.json")), "-o", out)
+    run = cgfast(
+        "annotate",
+        example / "000000.h200.pt.trace.json.gz",
+        "-a",
+        next(example.glob("kernel_annotations_*.json")),
+        "-o",
+        out,
+    )
     assert run.returncode == 0, run.stderr
     return out
 
@@ -54,7 +61,10 @@ def by_hand(trace: Path, depth, group_layers):
         if e.get("cat") in WORK and e.get("args", {}).get("graph node id", 0) != 0:
             value = roll_up(e["args"].get("module"), depth, group_layers)
             spans[value][e["pid"]].append((ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])))
-    return {v: (sum(len(s) for s in per_gpu.values()), sum(union(s) for s in per_gpu.values()) / 1000) for v, per_gpu in spans.items()}
+    return {
+        v: (sum(len(s) for s in per_gpu.values()), sum(union(s) for s in per_gpu.values()) / 1000)
+        for v, per_gpu in spans.items()
+    }
 
 
 @pytest.mark.parametrize("depth, group_layers", [(None, True), (1, False), (2, False), (2, True), (3, True)])
@@ -90,21 +100,38 @@ def llama_like(path: Path, layers: int, seed: int = 0) -> Path:
     modules = ["model.embed_tokens"]
     for layer in range(layers):
         p = f"model.layers.{layer}"
-        modules += [f"{p}.input_layernorm", *(f"{p}.self_attn.{x}_proj" for x in "qkvo"), f"{p}.self_attn", p, f"{p}.post_attention_layernorm"]
+        modules += [
+            f"{p}.input_layernorm",
+            *(f"{p}.self_attn.{x}_proj" for x in "qkvo"),
+            f"{p}.self_attn",
+            p,
+            f"{p}.post_attention_layernorm",
+        ]
         modules += [f"{p}.mlp.{x}" for x in ("gate_proj", "up_proj", "act_fn", "down_proj")]
     modules += ["model.norm", "model", "lm_head", None]
     events, ts, node = [], 0.0, 1
     for replay in (1, 2):
         for module in modules:
             dur = round(rng.uniform(2, 30), 3)
-            events.append(kernel(ts, dur, replay=replay, node=node, name=f"k{node % 7}", **({"module": module} if module else {})))
+            events.append(
+                kernel(
+                    ts,
+                    dur,
+                    replay=replay,
+                    node=node,
+                    name=f"k{node % 7}",
+                    **({"module": module} if module else {}),
+                )
+            )
             ts, node = round(ts + dur + 0.5, 3), node + 1
     return write_trace(path, events)
 
 
 def test_deep_module_paths_merge_layers(tmp_path):
     trace = llama_like(tmp_path / "llama.annotated.json", layers=32)
-    rows = {r["value"]: r for r in report_of(trace, "--by", "module", "--group-layers", "--depth", "4")["rows"]}
+    rows = {
+        r["value"]: r for r in report_of(trace, "--by", "module", "--group-layers", "--depth", "4")["rows"]
+    }
     assert set(rows) == {
         "model.embed_tokens", "model.norm", "model", "lm_head", None, "model.layers.*",
         *(f"model.layers.*.{m}" for m in ("input_layernorm", "self_attn", "post_attention_layernorm", "mlp")),
@@ -113,7 +140,10 @@ def test_deep_module_paths_merge_layers(tmp_path):
     assert rows["model.layers.*.self_attn"]["kernels"] == 32 * 5 * 2
     table = cgfast("summary", trace, "--by", "module", "--group-layers", "--depth", "4")
     assert table.returncode == 0, table.stderr
-    assert table.stdout.splitlines()[1] == "  values         rolled up to their first 4 dotted segments; numbered layers merged as *"
+    assert (
+        table.stdout.splitlines()[1]
+        == "  values         rolled up to their first 4 dotted segments; numbered layers merged as *"
+    )
 
 
 def test_without_the_new_flags_nothing_is_added(tmp_path):
@@ -126,7 +156,10 @@ def test_without_the_new_flags_nothing_is_added(tmp_path):
     assert "hierarchy" not in (tmp_path / "c.html").read_text()
 
 
-ICICLE = re.compile(r'<svg [^>]*>\n<rect width="100%" height="100%" fill="#ffffff"/>\n<text [^>]*>The args\.(\w+) hierarchy</text>.*?</svg>\n', re.S)
+ICICLE = re.compile(
+    r'<svg [^>]*>\n<rect width="100%" height="100%" fill="#ffffff"/>\n<text [^>]*>The args\.(\w+) hierarchy</text>.*?</svg>\n',
+    re.S,
+)
 
 
 def charts(tmp_path, trace, kind, *args):
@@ -148,7 +181,9 @@ def test_by_module_the_chart_draws_the_icicle_unless_told_not_to(tmp_path, kind)
     # The default is the bars-only chart with the icicle added above the bars, nothing else changed.
     without = ICICLE.sub("", default, count=1)
     if kind == "svg":
-        outer = re.match(r'<svg xmlns="http://www.w3.org/2000/svg" width="\d+" height="\d+" viewBox="[^"]*">\n', without)
+        outer = re.match(
+            r'<svg xmlns="http://www.w3.org/2000/svg" width="\d+" height="\d+" viewBox="[^"]*">\n', without
+        )
         assert outer and without.endswith("</svg>\n</svg>\n")
         without = re.sub(r'^<svg y="\d+" ', "<svg ", without[outer.end() : -len("</svg>\n")])
     assert without == bars
@@ -157,14 +192,23 @@ def test_by_module_the_chart_draws_the_icicle_unless_told_not_to(tmp_path, kind)
     assert not ICICLE.search(rolled) and "model.layers" in rolled and "model.layers.0" not in rolled
     # Other keys draw it only when asked.
     assert not ICICLE.search(charts(tmp_path, trace, kind, "--by", "name"))
-    assert [m.group(1) for m in ICICLE.finditer(charts(tmp_path, trace, kind, "--by", "name", "--hierarchy"))] == ["name"]
+    assert [
+        m.group(1) for m in ICICLE.finditer(charts(tmp_path, trace, kind, "--by", "name", "--hierarchy"))
+    ] == ["name"]
 
 
 def test_from_python(tmp_path):
     trace = llama_like(tmp_path / "llama.annotated.json", layers=3)
     rows = cg.summarize(trace, by="module", depth=3, group_layers=True)
     assert rows == report_of(trace, "--by", "module", "--depth", "3", "--group-layers")["rows"]
-    assert {r["value"] for r in rows} == {"model.embed_tokens", "model.norm", "model", "lm_head", None, "model.layers.*"}
+    assert {r["value"] for r in rows} == {
+        "model.embed_tokens",
+        "model.norm",
+        "model",
+        "lm_head",
+        None,
+        "model.layers.*",
+    }
     chart = tmp_path / "tree.html"
     report = cg.summary_report(trace, by="module", chart=chart, hierarchy=True)
     assert "depth" not in report
@@ -187,7 +231,10 @@ def test_from_python(tmp_path):
         (["--depth", "0"], "invalid value '0' for '--depth <N>'"),
         (["--depth", "two"], "invalid value 'two' for '--depth <N>'"),
         (["--hierarchy"], "--hierarchy draws the hierarchy in a chart: give --chart out.html"),
-        (["--hierarchy", "--no-hierarchy", "--chart", "c.html"], "the argument '--hierarchy' cannot be used with '--no-hierarchy'"),
+        (
+            ["--hierarchy", "--no-hierarchy", "--chart", "c.html"],
+            "the argument '--hierarchy' cannot be used with '--no-hierarchy'",
+        ),
     ],
 )
 def test_bad_flags_are_one_clear_line(tmp_path, args, message):
@@ -201,7 +248,15 @@ def test_bad_flags_are_one_clear_line(tmp_path, args, message):
 # The icicle in a real browser: each level's cells as wide as their time.
 
 TRUNK = (0x4A, 0x55, 0x68)
-TIMES = {"enc.layers.0.attn": 40, "enc.layers.1.attn": 40, "enc.layers.0.mlp": 20, "enc.layers.1.mlp": 20, "enc.embed": 30, "head": 40, None: 10}
+TIMES = {
+    "enc.layers.0.attn": 40,
+    "enc.layers.1.attn": 40,
+    "enc.layers.0.mlp": 20,
+    "enc.layers.1.mlp": 20,
+    "enc.embed": 30,
+    "head": 40,
+    None: 10,
+}
 # Per level below the root, the cells' times left to right: largest first, numbered
 # layers in order; the unannotated last.
 LEVELS = {
@@ -222,14 +277,21 @@ def cells(row):
     return runs + ([length] if length else [])
 
 
-@pytest.mark.skipif(browser() is None, reason="no headless browser (apt-get install chromium) to render the chart in")
+@pytest.mark.skipif(
+    browser() is None, reason="no headless browser (apt-get install chromium) to render the chart in"
+)
 @pytest.mark.parametrize("kind", ["html", "svg"])
 @pytest.mark.parametrize("group_layers", [False, True], ids=["layers", "layers merged"])
 def test_the_icicle_renders_in_a_browser(tmp_path, kind, group_layers):
-    events = [kernel(1000 * k, us, replay=1, node=k + 1, **({"module": m} if m else {})) for k, (m, us) in enumerate(TIMES.items())]
+    events = [
+        kernel(1000 * k, us, replay=1, node=k + 1, **({"module": m} if m else {}))
+        for k, (m, us) in enumerate(TIMES.items())
+    ]
     trace = write_trace(tmp_path / "c.annotated.json", events)
     chart = tmp_path / f"chart.{kind}"
-    run = cgfast("summary", trace, "--by", "module", "--chart", chart, *(["--group-layers"] if group_layers else []))
+    run = cgfast(
+        "summary", trace, "--by", "module", "--chart", chart, *(["--group-layers"] if group_layers else [])
+    )
     assert run.returncode == 0, run.stderr
     text = chart.read_text()
     assert "<script" not in text and "href=" not in text and "url(" not in text
@@ -248,7 +310,9 @@ def test_the_icicle_renders_in_a_browser(tmp_path, kind, group_layers):
 def test_real_traces_without_graphed_kernels(h200, tmp_path):
     """The H200 fixtures annotated by the CLI (they hold no graph node ids): an empty tree."""
     annotations = tmp_path / "ann.json"
-    annotations.write_text(json.dumps({"format": "cgfast-annotations", "version": 1, "annotations": {"5": ["label"]}}))
+    annotations.write_text(
+        json.dumps({"format": "cgfast-annotations", "version": 1, "annotations": {"5": ["label"]}})
+    )
     for fixture in h200:
         out = tmp_path / fixture.name.replace(".json.gz", ".annotated.json.gz")
         assert cgfast("annotate", fixture, "-a", annotations, "-o", out).returncode == 0

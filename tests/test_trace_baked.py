@@ -16,7 +16,12 @@ import cgfast
 export = pytest.importorskip("torch.profiler._chrome_trace_export")
 
 GRAPH = 6
-ANNOTATIONS = {GRAPH << 32 | local: [{"name": f"op{local}", "module": f"m.l{local // 2}", **({"stream": 61} if local == 3 else {})}] for local in range(4)}
+ANNOTATIONS = {
+    GRAPH << 32 | local: [
+        {"name": f"op{local}", "module": f"m.l{local // 2}", **({"stream": 61} if local == 3 else {})}
+    ]
+    for local in range(4)
+}
 
 
 def baked_trace(path, replays=2):
@@ -27,13 +32,25 @@ def baked_trace(path, replays=2):
     for r in range(replays):
         for local in range(4):
             fragment, stream, _ = export._annotation_args(ANNOTATIONS[GRAPH << 32 | local])
-            parts = [f'"correlation": {100 + r}', f'"stream": 7', f'"graph id": {GRAPH}', f'"graph node id": {local}', fragment]
+            parts = [
+                f'"correlation": {100 + r}',
+                f'"stream": 7',
+                f'"graph id": {GRAPH}',
+                f'"graph node id": {local}',
+                fragment,
+            ]
             if stream is not None:
                 parts.append(f'"annotated_stream": {stream}')
-            events.append(f'{{"ph": "X", "cat": "kernel", "name": "k{local}", "pid": 0, "tid": 7, "ts": {t}, "dur": 2.0, "args": {{{", ".join(parts)}}}}}')
+            events.append(
+                f'{{"ph": "X", "cat": "kernel", "name": "k{local}", "pid": 0, "tid": 7, "ts": {t}, "dur": 2.0, "args": {{{", ".join(parts)}}}}}'
+            )
             t += 3.0
         t += 50.0
-    path.write_text('{\n"schemaVersion": 1,\n' f'"{export._INLINE_ANNOTATED_KEY}": true,\n' '"traceEvents": [\n' + ",\n".join(events) + "\n]}\n")
+    path.write_text(
+        '{\n"schemaVersion": 1,\n'
+        f'"{export._INLINE_ANNOTATED_KEY}": true,\n'
+        '"traceEvents": [\n' + ",\n".join(events) + "\n]}\n"
+    )
 
 
 def no_duplicate_keys(pairs):
@@ -81,7 +98,10 @@ def test_annotating_a_baked_trace_adds_only_the_new_annotations(tk, tmp_path, la
         else:
             moved = {"stream": 61, "original_stream": 7} if local == 3 else {}
             assert added == {"layer": str(local), **({"original_stream": 7} if local == 3 else {})}
-            assert {k: e["args"][k] for k in before} == {**before, **{k: v for k, v in moved.items() if k in before}}
+            assert {k: e["args"][k] for k in before} == {
+                **before,
+                **{k: v for k, v in moved.items() if k in before},
+            }
     # idempotent: annotating the output again gives the same events and spans
     out2 = tmp_path / "o2.json"
     report2 = cgfast.annotate_file(out, annotations=ann, output=out2, lanes=lanes)

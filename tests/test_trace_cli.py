@@ -21,9 +21,24 @@ ROOT = Path(__file__).resolve().parent.parent
 CONSOLE_SCRIPT = Path(sys.executable).parent / "cgfast"
 
 REPORT_KEYS = {
-    "input", "output", "annotations", "annotations_loaded", "events", "annotated", "noise_removed", "metadata_removed",
-    "moved", "fixed", "large_overlaps", "largest_overlap_us", "flows_moved", "lanes_named", "recovery", "input_bytes",
-    "seconds", "mb_per_s",
+    "input",
+    "output",
+    "annotations",
+    "annotations_loaded",
+    "events",
+    "annotated",
+    "noise_removed",
+    "metadata_removed",
+    "moved",
+    "fixed",
+    "large_overlaps",
+    "largest_overlap_us",
+    "flows_moved",
+    "lanes_named",
+    "recovery",
+    "input_bytes",
+    "seconds",
+    "mb_per_s",
 }
 
 
@@ -49,7 +64,11 @@ def test_both_forms_write_the_same(tk, gen, tmp_path):
     b = tk.run_cli(trace, "--annotations", ann, "--output", tmp_path / "b.json")
     c = tk.run_cli(trace, "-a", ann)  # default output name
     assert a.returncode == b.returncode == c.returncode == 0, (a.stderr, b.stderr, c.stderr)
-    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes() == (tmp_path / "trace.annotated.json").read_bytes()
+    assert (
+        (tmp_path / "a.json").read_bytes()
+        == (tmp_path / "b.json").read_bytes()
+        == (tmp_path / "trace.annotated.json").read_bytes()
+    )
     assert a.stderr == b.stderr == c.stderr == ""
 
 
@@ -133,14 +152,20 @@ def test_verbose(ref, tk, gen, tmp_path):
     assert {"lane", "name", "ts", "overlap_us"} <= set(report["overlaps"][0])
 
 
-@pytest.mark.parametrize("flags,opts", [
-    (["--default-stream", "143"], {"default_stream": 143}),
-    (["--default-stream", "-1"], {"default_stream": -1}),
-    (["--overlap-stream", "99"], {"overlap_stream": 99}),
-    (["--max-adjust-us", "0"], {"max_adjust_us": 0.0}),
-    (["--max-adjust-us", "2.5"], {"max_adjust_us": 2.5}),
-    (["--default-stream=20", "--overlap-stream=21", "--max-adjust-us=0.1"], {"default_stream": 20, "overlap_stream": 21, "max_adjust_us": 0.1}),
-])
+@pytest.mark.parametrize(
+    "flags,opts",
+    [
+        (["--default-stream", "143"], {"default_stream": 143}),
+        (["--default-stream", "-1"], {"default_stream": -1}),
+        (["--overlap-stream", "99"], {"overlap_stream": 99}),
+        (["--max-adjust-us", "0"], {"max_adjust_us": 0.0}),
+        (["--max-adjust-us", "2.5"], {"max_adjust_us": 2.5}),
+        (
+            ["--default-stream=20", "--overlap-stream=21", "--max-adjust-us=0.1"],
+            {"default_stream": 20, "overlap_stream": 21, "max_adjust_us": 0.1},
+        ),
+    ],
+)
 def test_stream_and_adjust_flags(ref, tk, gen, tmp_path, flags, opts):
     trace, ann = fresh(gen, tmp_path)
     proc = tk.run_cli(trace, "-a", ann, "-o", tmp_path / "o.json", *flags)
@@ -154,7 +179,12 @@ def test_flags_change_the_result(tk, gen, tmp_path):
     # guards the test above against flags that are silently ignored
     trace, ann = fresh(gen, tmp_path)
     outs = {}
-    for name, flags in {"default": [], "ds": ["--default-stream", "143"], "os": ["--overlap-stream", "99"], "ma": ["--max-adjust-us", "0"]}.items():
+    for name, flags in {
+        "default": [],
+        "ds": ["--default-stream", "143"],
+        "os": ["--overlap-stream", "99"],
+        "ma": ["--max-adjust-us", "0"],
+    }.items():
         assert tk.run_cli(trace, "-a", ann, "-o", tmp_path / f"{name}.json", *flags).returncode == 0
         outs[name] = (tmp_path / f"{name}.json").read_bytes()
     assert len(set(outs.values())) == 4
@@ -177,17 +207,20 @@ def test_gzip_level(tk, gen, tmp_path):
     assert (tmp_path / "plain.json").read_bytes() == contents.pop()
 
 
-@pytest.mark.parametrize("flags", [
-    ["--gzip-level", "10"],
-    ["--gzip-level", "-1"],
-    ["--max-adjust-us", "-1"],
-    ["--max-adjust-us", "nan"],
-    ["--max-adjust-us", "inf"],
-    ["--max-adjust-us", "x"],
-    ["--recover", "sometimes"],
-    ["--default-stream", "1.5"],
-    ["--no-such-flag"],
-])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--gzip-level", "10"],
+        ["--gzip-level", "-1"],
+        ["--max-adjust-us", "-1"],
+        ["--max-adjust-us", "nan"],
+        ["--max-adjust-us", "inf"],
+        ["--max-adjust-us", "x"],
+        ["--recover", "sometimes"],
+        ["--default-stream", "1.5"],
+        ["--no-such-flag"],
+    ],
+)
 def test_bad_flags(tk, gen, tmp_path, flags):
     trace, ann = fresh(gen, tmp_path)
     proc = tk.run_cli(trace, "-a", ann, "-o", tmp_path / "o.json", *flags)
@@ -209,7 +242,18 @@ def test_help_and_version(tk):
         assert proc.returncode == 0, (args, proc.stderr)
         assert "annotate" in proc.stdout or "TRACE" in proc.stdout
     annotate_help = tk.run_cli("annotate", "--help").stdout
-    for flag in ("--annotations", "--output", "--default-stream", "--overlap-stream", "--max-adjust-us", "--json", "--verbose", "--recover", "--gzip-level", "--no-progress"):
+    for flag in (
+        "--annotations",
+        "--output",
+        "--default-stream",
+        "--overlap-stream",
+        "--max-adjust-us",
+        "--json",
+        "--verbose",
+        "--recover",
+        "--gzip-level",
+        "--no-progress",
+    ):
         assert flag in annotate_help
     proc = tk.run_cli("--version")
     assert proc.returncode == 0 and cgfast.__version__ in proc.stdout
@@ -257,7 +301,10 @@ def test_recover_modes_recover_node_ids(tk, tmp_path, mode):
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["recovery"]["recovered_events"] > 0 and report["annotated"] > 0
-    assert cgfast.annotate_file(trace, ann_path, tmp_path / "p.json", recover=mode)["annotated"] == report["annotated"]
+    assert (
+        cgfast.annotate_file(trace, ann_path, tmp_path / "p.json", recover=mode)["annotated"]
+        == report["annotated"]
+    )
     assert (tmp_path / "o.json").read_bytes() == (tmp_path / "p.json").read_bytes()
 
 
@@ -271,19 +318,32 @@ def test_recovered_ids_are_the_ids_the_profiler_would_have_written(tk, tmp_path)
         truth.append(node)
     (tmp_path / "noid.json").write_text(json.dumps(trace))
     cgfast.save_annotations(tmp_path / "topo.json", ann, graphs=topology)
-    proc = tk.run_cli(tmp_path / "noid.json", "-a", tmp_path / "topo.json", "-o", tmp_path / "o.json", "--json", "--max-adjust-us", "0")
+    proc = tk.run_cli(
+        tmp_path / "noid.json",
+        "-a",
+        tmp_path / "topo.json",
+        "-o",
+        tmp_path / "o.json",
+        "--json",
+        "--max-adjust-us",
+        "0",
+    )
     assert proc.returncode == 0, proc.stderr
     recovery = json.loads(proc.stdout)["recovery"]
     graphed = [n for n in truth if n]
     assert recovery["recovered_events"] == len(graphed) > 100, recovery
     assert recovery["unresolved_events"] == 0
     # With --max-adjust-us 0 no start moves: an event is its name, replay and times.
-    recovered = cgfast.annotate_file(tmp_path / "noid.json", tmp_path / "topo.json", tmp_path / "p.json", recover="always")
+    recovered = cgfast.annotate_file(
+        tmp_path / "noid.json", tmp_path / "topo.json", tmp_path / "p.json", recover="always"
+    )
     assert recovered["recovery"]["recovered_events"] == len(graphed)
     by_place = {}
     for event in json.loads((tmp_path / "o.json").read_text())["traceEvents"]:
         if event.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "graph node id" in event["args"]:
-            by_place[(event["name"], event["args"]["correlation"], event["ts"], event["dur"])] = event["args"]["graph node id"]
+            by_place[(event["name"], event["args"]["correlation"], event["ts"], event["dur"])] = event[
+                "args"
+            ]["graph node id"]
     expected = {}
     for event, node in zip(trace["traceEvents"], truth):
         if node:
@@ -304,7 +364,12 @@ def test_recover_modes_agree_when_ids_are_present(tk, gen, tmp_path, mode):
 
 def test_annotate_file_rejects_bad_options(tk, gen, tmp_path):
     trace, ann = fresh(gen, tmp_path)
-    for kw in ({"recover": "sometimes"}, {"gzip_level": 10}, {"max_adjust_us": -1.0}, {"max_adjust_us": float("nan")}):
+    for kw in (
+        {"recover": "sometimes"},
+        {"gzip_level": 10},
+        {"max_adjust_us": -1.0},
+        {"max_adjust_us": float("nan")},
+    ):
         with pytest.raises((ValueError, TypeError, OverflowError)):
             cgfast.annotate_file(trace, ann, tmp_path / "o.json", **kw)
         assert not (tmp_path / "o.json").exists()
@@ -322,8 +387,14 @@ def test_console_script(tk, gen, tmp_path):
     c = tk.run_cli(trace, "-a", ann, "-o", tmp_path / "c.json", "--json")
     for p in (a, b, c):
         assert p.returncode == 0, p.stderr
-    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes() == (tmp_path / "c.json").read_bytes()
-    strip = lambda r: {k: v for k, v in json.loads(r.stdout).items() if k not in ("output", "seconds", "mb_per_s")}  # noqa: E731
+    assert (
+        (tmp_path / "a.json").read_bytes()
+        == (tmp_path / "b.json").read_bytes()
+        == (tmp_path / "c.json").read_bytes()
+    )
+    strip = lambda r: {
+        k: v for k, v in json.loads(r.stdout).items() if k not in ("output", "seconds", "mb_per_s")
+    }  # noqa: E731
     assert strip(a) == strip(b) == strip(c)
     for args in (["--version"], ["--help"]):
         assert tk.run_cli(*args, command=[str(CONSOLE_SCRIPT)]).returncode == 0
@@ -348,7 +419,9 @@ def test_run_cli_in_process_returns_the_status(gen, tmp_path):
 
 def _python(code: str) -> subprocess.CompletedProcess:
     env = dict(os.environ)
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, cwd=ROOT
+    )
 
 
 def test_import_cgfast_does_not_import_torch(gen, tmp_path):
@@ -362,7 +435,7 @@ trace = {{"traceEvents": [{{"ph": "X", "cat": "kernel", "tid": 7, "ts": 1, "dur"
 cgfast.annotate_trace(trace, {{5: ["x"]}})
 cgfast.move_overlapping_to_stream(trace)
 cgfast.fix_overlapping_timestamps(trace)
-cgfast.annotate_file({str(trace)!r}, {str(ann)!r}, {str(tmp_path / 'o.json')!r})
+cgfast.annotate_file({str(trace)!r}, {str(ann)!r}, {str(tmp_path / "o.json")!r})
 cgfast.load_annotations({str(ann)!r})
 import cgfast.annotations
 bad = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))
@@ -382,8 +455,12 @@ def test_python_m_cgfast_does_not_import_torch(tmp_path):
 def test_reported_seconds_include_loading_the_annotations(tk, tmp_path):
     # a tiny trace and a large annotation file: the run is mostly the loading
     trace = tmp_path / "t.json"
-    trace.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "ts": 1, "dur": 1, "args": {"graph node id": 5}}]}')
-    ann = tk.write_json_annotations(tmp_path / "a.json", {n: [{"name": f"layers.{n}.mlp", "layer": n}] for n in range(1, 400_000)})
+    trace.write_text(
+        '{"traceEvents": [{"ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "ts": 1, "dur": 1, "args": {"graph node id": 5}}]}'
+    )
+    ann = tk.write_json_annotations(
+        tmp_path / "a.json", {n: [{"name": f"layers.{n}.mlp", "layer": n}] for n in range(1, 400_000)}
+    )
     started = time.perf_counter()
     proc = tk.run_cli(trace, "-a", ann, "-o", tmp_path / "o.json", "--json")
     wall = time.perf_counter() - started

@@ -47,7 +47,9 @@ def compare(ref, which, trace, *args, reject_reference_errors=False, **kwargs):
     assert out_ours == out_ref, "stdout differs"
     assert r_ours == r_ref and type(r_ours) is type(r_ref), f"returned {r_ours!r}, reference {r_ref!r}"
     assert b == a, f"trace differs:\n  cgfast    {b}\n  reference {a}"
-    assert repr(b) == repr(a), f"trace equal but number types or key order differ:\n  cgfast    {b!r}\n  reference {a!r}"
+    assert repr(b) == repr(a), (
+        f"trace equal but number types or key order differ:\n  cgfast    {b!r}\n  reference {a!r}"
+    )
     return b, r_ours, out_ours
 
 
@@ -77,7 +79,16 @@ NULL = object()
 
 
 def F(tid, ts, pid=0, ident=1):
-    return {"ph": "f", "id": ident, "pid": pid, "tid": tid, "ts": ts, "cat": "ac2g", "name": "ac2g", "bp": "e"}
+    return {
+        "ph": "f",
+        "id": ident,
+        "pid": pid,
+        "tid": tid,
+        "ts": ts,
+        "cat": "ac2g",
+        "name": "ac2g",
+        "bp": "e",
+    }
 
 
 def S(tid, ts, pid=487, ident=1):
@@ -85,15 +96,38 @@ def S(tid, ts, pid=487, ident=1):
 
 
 def U(tid, ts, pid=0, dur=5):
-    return {"ph": "X", "cat": "gpu_user_annotation", "name": "## Call CompiledFxGraph ##", "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": {"External id": 1}}
+    return {
+        "ph": "X",
+        "cat": "gpu_user_annotation",
+        "name": "## Call CompiledFxGraph ##",
+        "pid": pid,
+        "tid": tid,
+        "ts": ts,
+        "dur": dur,
+        "args": {"External id": 1},
+    }
 
 
 def TN(tid, name=None, pid=0):
-    return {"name": "thread_name", "ph": "M", "ts": 0, "pid": pid, "tid": tid, "args": {"name": name if name is not None else f"stream {tid} "}}
+    return {
+        "name": "thread_name",
+        "ph": "M",
+        "ts": 0,
+        "pid": pid,
+        "tid": tid,
+        "args": {"name": name if name is not None else f"stream {tid} "},
+    }
 
 
 def TS(tid, pid=0):
-    return {"name": "thread_sort_index", "ph": "M", "ts": 0, "pid": pid, "tid": tid, "args": {"sort_index": tid}}
+    return {
+        "name": "thread_sort_index",
+        "ph": "M",
+        "ts": 0,
+        "pid": pid,
+        "tid": tid,
+        "args": {"sort_index": tid},
+    }
 
 
 def T(*events, **top):
@@ -108,7 +142,12 @@ def test_dict_items_write_str_of_every_value(ref):
     annotations = {
         5: [
             {"name": "layers.0.attn", "layer": 0, "w": 0.5, "big": 10**30, "none": None, "flag": True},
-            {"nested": [1, "two", {"three": 3.0}], "d": {"k": ("t",)}, "u": "µs ünï 中文 \U0001f600", "q": "it's \"q\"\n"},
+            {
+                "nested": [1, "two", {"three": 3.0}],
+                "d": {"k": ("t",)},
+                "u": "µs ünï 中文 \U0001f600",
+                "q": 'it\'s "q"\n',
+            },
         ]
     }
     t, n, _ = compare(ref, "annotate", trace, annotations)
@@ -136,7 +175,11 @@ def test_stream_in_items_becomes_the_lane(ref, stream):
 
 def test_last_item_naming_a_stream_wins(ref):
     trace = T(K(7, 10, node=5), K(7, 20, node=6), K(7, 30, node=7))
-    annotations = {5: [{"stream": 60}, {"name": "x"}], 6: [{"stream": 60}, {"stream": "61"}, "s"], 7: ["just a label"]}
+    annotations = {
+        5: [{"stream": 60}, {"name": "x"}],
+        6: [{"stream": 60}, {"stream": "61"}, "s"],
+        7: ["just a label"],
+    }
     t, n, _ = compare(ref, "annotate", trace, annotations)
     assert [e["tid"] for e in t["traceEvents"][:3]] == [60, 61, 7]
 
@@ -149,7 +192,9 @@ def test_non_dict_items_go_to_annotation(ref, item):
 
 
 def test_each_annotated_event_counts_once(ref):
-    trace = T(K(7, 10, node=5), K(7, 20, node=5), K(7, 30, node=6), K(7, 40, node=9), K(7, 50, node=0), K(7, 60))
+    trace = T(
+        K(7, 10, node=5), K(7, 20, node=5), K(7, 30, node=6), K(7, 40, node=9), K(7, 50, node=0), K(7, 60)
+    )
     annotations = {5: [{"a": 1}, {"b": 2}, "c"], 6: [], 77: [{"unused": 1}]}
     t, n, _ = compare(ref, "annotate", trace, annotations)
     assert n == 3  # node 5 twice, node 6 (an empty list still counts)
@@ -157,7 +202,16 @@ def test_each_annotated_event_counts_once(ref):
 
 @pytest.mark.parametrize("default_stream", [7, 0, 3, 100, -1])
 def test_graphed_events_without_a_stream_go_to_the_default(ref, default_stream):
-    trace = T(K(20, 10, node=5), K(21, 10, node=9, cat="gpu_memcpy"), K(22, 10, node=0), K(23, 10), TN(20), TN(21), TN(22), TN(23))
+    trace = T(
+        K(20, 10, node=5),
+        K(21, 10, node=9, cat="gpu_memcpy"),
+        K(22, 10, node=0),
+        K(23, 10),
+        TN(20),
+        TN(21),
+        TN(22),
+        TN(23),
+    )
     compare(ref, "annotate", trace, {5: [{"name": "x"}]}, default_stream=default_stream)
 
 
@@ -199,7 +253,11 @@ def test_flows_follow_only_the_annotate_move(ref):
 
 
 def test_flow_index_ignores_flows_without_ts(ref):
-    trace = T(K(7, 10, node=5), {"ph": "f", "cat": "ac2g", "tid": 7, "pid": 0}, {"ph": "f", "cat": "ac2g", "pid": 0, "ts": 10})
+    trace = T(
+        K(7, 10, node=5),
+        {"ph": "f", "cat": "ac2g", "tid": 7, "pid": 0},
+        {"ph": "f", "cat": "ac2g", "pid": 0, "ts": 10},
+    )
     compare(ref, "annotate", trace, {5: [{"stream": 60}]})
 
 
@@ -259,13 +317,19 @@ def test_thread_names_are_appended_sorted_with_the_gpu_pid(ref, gpu_pid):
         K(7, 30, node=7),
         K(7, 40, node=8),
     )
-    t, n, out = compare(ref, "annotate", trace, {5: [{"stream": 61}], 6: [{"stream": 3}], 7: [{"stream": 200}]})
+    t, n, out = compare(
+        ref, "annotate", trace, {5: [{"stream": 61}], 6: [{"stream": 3}], 7: [{"stream": 200}]}
+    )
     appended = [e for e in t["traceEvents"] if e.get("ph") == "M" and "ts" not in e]
     assert [e["tid"] for e in appended] == [3, 7, 61, 200]
 
 
 def test_no_stream_thread_name_means_gpu_pid_zero(ref):
-    trace = T(TN(1399, name="thread (python3)", pid=487), {"ph": "M", "name": "thread_name", "pid": 5, "tid": 2, "args": {"name": 7}}, K(7, 10, node=5, pid=9))
+    trace = T(
+        TN(1399, name="thread (python3)", pid=487),
+        {"ph": "M", "name": "thread_name", "pid": 5, "tid": 2, "args": {"name": 7}},
+        K(7, 10, node=5, pid=9),
+    )
     compare(ref, "annotate", trace, {})
 
 
@@ -276,7 +340,13 @@ def test_gpu_pid_is_read_before_metadata_removal(ref):
 
 
 def test_stream_thread_name_with_non_string_name(ref):
-    trace = T({"ph": "M", "name": "thread_name", "pid": 6, "tid": 30, "args": {"name": ["stream ", 1]}}, {"ph": "M", "name": "thread_name", "pid": 4, "tid": 31, "args": {"name": "stream 31"}}, K(30, 1), K(31, 1), K(7, 10, node=5))
+    trace = T(
+        {"ph": "M", "name": "thread_name", "pid": 6, "tid": 30, "args": {"name": ["stream ", 1]}},
+        {"ph": "M", "name": "thread_name", "pid": 4, "tid": 31, "args": {"name": "stream 31"}},
+        K(30, 1),
+        K(31, 1),
+        K(7, 10, node=5),
+    )
     compare(ref, "annotate", trace, {})
 
 
@@ -291,7 +361,12 @@ def test_events_that_annotate_leaves_alone(ref, node):
 @pytest.mark.parametrize("node", [5.0, True, 5.5, "5", -5, 2**40 + 1])
 def test_odd_graph_node_ids(ref, node):
     trace = T(K(20, 10, node=node), F(20, 10), TN(20))
-    compare(ref, "annotate", trace, {5: [{"stream": 60}], 1: [{"stream": 61}], -5: [{"stream": 62}], 2**40 + 1: ["big"]})
+    compare(
+        ref,
+        "annotate",
+        trace,
+        {5: [{"stream": 60}], 1: [{"stream": 61}], -5: [{"stream": 62}], 2**40 + 1: ["big"]},
+    )
 
 
 @pytest.mark.parametrize("node", [2**63 - 1, 2**63, 2**63 + 5, 2**64 - 1])
@@ -303,7 +378,13 @@ def test_node_ids_of_the_full_64_bit_range(ref, node):
 
 
 def test_events_without_args(ref):
-    trace = T({"ph": "X", "cat": "kernel", "tid": 20, "ts": 1}, {"ph": "X", "cat": "kernel", "tid": 7, "ts": 1, "dur": 2}, K(7, 10, node=5), {"ph": "i", "name": "x"}, {})
+    trace = T(
+        {"ph": "X", "cat": "kernel", "tid": 20, "ts": 1},
+        {"ph": "X", "cat": "kernel", "tid": 7, "ts": 1, "dur": 2},
+        K(7, 10, node=5),
+        {"ph": "i", "name": "x"},
+        {},
+    )
     compare(ref, "annotate", trace, {5: [{"stream": 60}]})
 
 
@@ -370,7 +451,13 @@ def test_missing_trace_events_raises():
 
 
 def test_overlapping_kernels_move(ref):
-    trace = T(K(7, 0, node=1, dur=10), K(7, 5, node=2, dur=2), K(7, 9.5, node=3, dur=1), K(7, 10, node=4, dur=1), K(7, 10.5, node=5))
+    trace = T(
+        K(7, 0, node=1, dur=10),
+        K(7, 5, node=2, dur=2),
+        K(7, 9.5, node=3, dur=1),
+        K(7, 10, node=4, dur=1),
+        K(7, 10.5, node=5),
+    )
     t, m, _ = compare(ref, "move", trace)
     assert m == 3
 
@@ -392,12 +479,32 @@ def test_move_only_graphed_kernels_on_the_default_lane(ref):
 
 @pytest.mark.parametrize("default_stream,overlap_stream", [(7, 8), (20, 21), (7, 7), (7, 20), (0, -1)])
 def test_move_streams(ref, default_stream, overlap_stream):
-    trace = T(K(20, 0, node=1, dur=10), K(20, 1, node=2), K(7, 0, node=1, dur=10), K(7, 1, node=2), K(0, 0, node=1, dur=3), K(0, 1, node=1))
-    compare(ref, "move", trace, default_stream=default_stream, overlap_stream=overlap_stream, reject_reference_errors=True)
+    trace = T(
+        K(20, 0, node=1, dur=10),
+        K(20, 1, node=2),
+        K(7, 0, node=1, dur=10),
+        K(7, 1, node=2),
+        K(0, 0, node=1, dur=3),
+        K(0, 1, node=1),
+    )
+    compare(
+        ref,
+        "move",
+        trace,
+        default_stream=default_stream,
+        overlap_stream=overlap_stream,
+        reject_reference_errors=True,
+    )
 
 
 def test_move_sorts_stably_by_ts(ref):
-    trace = T(K(7, 5, node=1, dur=3, name="a"), K(7, 0, node=2, dur=1, name="b"), K(7, 5, node=3, dur=1, name="c"), K(7, 5.0, node=4, dur=9, name="d"), K(7, 1, node=5, dur=0))
+    trace = T(
+        K(7, 5, node=1, dur=3, name="a"),
+        K(7, 0, node=2, dur=1, name="b"),
+        K(7, 5, node=3, dur=1, name="c"),
+        K(7, 5.0, node=4, dur=9, name="d"),
+        K(7, 1, node=5, dur=0),
+    )
     compare(ref, "move", trace)
 
 
@@ -413,7 +520,10 @@ def test_move_negative_timestamps(ref):
 
 
 def test_move_without_args_stream(ref):
-    trace = T({"ph": "X", "cat": "kernel", "tid": 7, "ts": 0, "dur": 5, "args": {"graph node id": 1}}, {"ph": "X", "cat": "kernel", "tid": 7, "ts": 1, "args": {"graph node id": 2}})
+    trace = T(
+        {"ph": "X", "cat": "kernel", "tid": 7, "ts": 0, "dur": 5, "args": {"graph node id": 1}},
+        {"ph": "X", "cat": "kernel", "tid": 7, "ts": 1, "args": {"graph node id": 2}},
+    )
     t, m, _ = compare(ref, "move", trace)
     assert t["traceEvents"][1]["args"]["stream"] == 8
 
@@ -422,7 +532,13 @@ def test_move_without_args_stream(ref):
 
 
 def test_jitter_is_clamped(ref):
-    trace = T(K(7, 0, node=1, dur=10), K(7, 9.5, node=2, dur=1), K(7, 10.2, node=3, dur=1), K(20, 3, node=4, dur=5), K(20, 7.25, node=5, cat="gpu_memcpy"))
+    trace = T(
+        K(7, 0, node=1, dur=10),
+        K(7, 9.5, node=2, dur=1),
+        K(7, 10.2, node=3, dur=1),
+        K(20, 3, node=4, dur=5),
+        K(20, 7.25, node=5, cat="gpu_memcpy"),
+    )
     t, f, out = compare(ref, "fix", trace)
     assert f == 3 and out == ""
 
@@ -442,41 +558,82 @@ def test_large_overlaps_print_one_warning_each(ref):
 
 @pytest.mark.parametrize("max_adjust_us", [0.0, 0.5, 1.0, 2.0, 1000.0])
 def test_fix_threshold(ref, max_adjust_us):
-    trace = T(K(7, 0, node=1, dur=10), K(7, 9.5, node=2, dur=1), K(7, 9, node=3), K(7, 9.999, node=4, dur=2), K(7, 10, node=5), K(7, 12.0, node=6, dur=1))
+    trace = T(
+        K(7, 0, node=1, dur=10),
+        K(7, 9.5, node=2, dur=1),
+        K(7, 9, node=3),
+        K(7, 9.999, node=4, dur=2),
+        K(7, 10, node=5),
+        K(7, 12.0, node=6, dur=1),
+    )
     compare(ref, "fix", trace, max_adjust_us=max_adjust_us)
 
 
 def test_fix_int_and_float_times(ref):
     # the new ts has the type of prev_end: an int when ts and dur are ints
-    trace = T(K(7, 0, node=1, dur=10), K(7, 10, node=2, dur=3), K(7, 12, node=3, dur=1), K(7, 13.0, node=4, dur=1), K(7, 13, node=5, dur=1.5), K(7, 15, node=6))
+    trace = T(
+        K(7, 0, node=1, dur=10),
+        K(7, 10, node=2, dur=3),
+        K(7, 12, node=3, dur=1),
+        K(7, 13.0, node=4, dur=1),
+        K(7, 13, node=5, dur=1.5),
+        K(7, 15, node=6),
+    )
     t, f, _ = compare(ref, "fix", trace, max_adjust_us=1.5)
     assert f >= 2
 
 
 def test_fix_negative_and_zero_times(ref):
-    trace = T(K(7, -1, node=1, dur=1), K(20, -0.5, node=2, dur=1), K(21, -3, node=3), K(22, 0, node=4, dur=0), K(22, 0, node=5, dur=0))
+    trace = T(
+        K(7, -1, node=1, dur=1),
+        K(20, -0.5, node=2, dur=1),
+        K(21, -3, node=3),
+        K(22, 0, node=4, dur=0),
+        K(22, 0, node=5, dur=0),
+    )
     compare(ref, "fix", trace)
 
 
 def test_fix_includes_none_node_ids_and_skips_zero(ref):
-    trace = T(K(7, 0, node=1, dur=10), K(7, 9.5, node=NULL), K(7, 9.6, node=0), K(7, 9.7), K(7, 9.8, node="s", cat="gpu_memset"), K(7, 9.9, node=5, cat="cuda_runtime"))
+    trace = T(
+        K(7, 0, node=1, dur=10),
+        K(7, 9.5, node=NULL),
+        K(7, 9.6, node=0),
+        K(7, 9.7),
+        K(7, 9.8, node="s", cat="gpu_memset"),
+        K(7, 9.9, node=5, cat="cuda_runtime"),
+    )
     compare(ref, "fix", trace)
 
 
 def test_fix_lanes_by_tid_as_python_sees_them(ref):
     # 7 and 7.0 are one lane; lanes are visited in first-seen order (warnings order)
-    trace = T(K(20, 0, node=1, dur=10, name="a"), K(7, 0, node=1, dur=10, name="b"), K(7.0, 3, node=2, name="c"), K(20, 2, node=3, name="d"), K(None, 0, node=1, dur=5), K(None, 1, node=1, name="e"))
+    trace = T(
+        K(20, 0, node=1, dur=10, name="a"),
+        K(7, 0, node=1, dur=10, name="b"),
+        K(7.0, 3, node=2, name="c"),
+        K(20, 2, node=3, name="d"),
+        K(None, 0, node=1, dur=5),
+        K(None, 1, node=1, name="e"),
+    )
     t, f, out = compare(ref, "fix", trace)
     assert out.count("WARNING") == 3
 
 
 def test_fix_sorts_stably(ref):
-    trace = T(K(7, 5, node=1, dur=1, name="x"), K(7, 5, node=2, dur=0.5, name="y"), K(7, 5.0, node=3, dur=2, name="z"), K(7, 4.5, node=4, dur=1))
+    trace = T(
+        K(7, 5, node=1, dur=1, name="x"),
+        K(7, 5, node=2, dur=0.5, name="y"),
+        K(7, 5.0, node=3, dur=2, name="z"),
+        K(7, 4.5, node=4, dur=1),
+    )
     compare(ref, "fix", trace)
 
 
 def test_fix_missing_dur(ref):
-    trace = T(K(7, 0, node=1, dur=None), K(7, 0, node=2, dur=3), K(7, 2.5, node=3, dur=None), K(7, 2.9, node=4))
+    trace = T(
+        K(7, 0, node=1, dur=None), K(7, 0, node=2, dur=3), K(7, 2.5, node=3, dur=None), K(7, 2.9, node=4)
+    )
     compare(ref, "fix", trace)
 
 
@@ -510,7 +667,22 @@ def test_chain_of_the_three_passes(ref):
 TIDS = [7, 8, 20, 24, 60, 61, 143]
 NODES = [1, 2, 3, 4, 5, 6, 8589934592, 8589934593]
 text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=8)
-simple_text = st.sampled_from(["", "a", "layers.0.attn", "it's", 'q"q', "back\\slash", "tab\tnew\nline", "µs", "ünï", "中文", "\U0001f600", "x" * 70])
+simple_text = st.sampled_from(
+    [
+        "",
+        "a",
+        "layers.0.attn",
+        "it's",
+        'q"q',
+        "back\\slash",
+        "tab\tnew\nline",
+        "µs",
+        "ünï",
+        "中文",
+        "\U0001f600",
+        "x" * 70,
+    ]
+)
 times = st.one_of(
     st.integers(-3, 120),
     st.integers(0, 120_000).map(lambda n: n / 1000),
@@ -527,16 +699,27 @@ def values(leaf_text=simple_text):
         st.booleans(),
         st.none(),
     )
-    return st.recursive(leaves, lambda kids: st.one_of(st.lists(kids, max_size=3), st.dictionaries(simple_text, kids, max_size=3), st.tuples(kids)), max_leaves=6)
+    return st.recursive(
+        leaves,
+        lambda kids: st.one_of(
+            st.lists(kids, max_size=3), st.dictionaries(simple_text, kids, max_size=3), st.tuples(kids)
+        ),
+        max_leaves=6,
+    )
 
 
-streams = st.one_of(st.sampled_from(TIDS), st.integers(-2, 300), st.sampled_from(TIDS).map(str), st.sampled_from([60.9, " 61", "+60", True]))
+streams = st.one_of(
+    st.sampled_from(TIDS),
+    st.integers(-2, 300),
+    st.sampled_from(TIDS).map(str),
+    st.sampled_from([60.9, " 61", "+60", True]),
+)
 
 
 def items(value_strategy):
-    dict_item = st.dictionaries(st.sampled_from(["name", "module", "layer", "annotation", "x", "y"]), value_strategy, max_size=4).flatmap(
-        lambda d: st.one_of(st.just(d), streams.map(lambda s: {**d, "stream": s}))
-    )
+    dict_item = st.dictionaries(
+        st.sampled_from(["name", "module", "layer", "annotation", "x", "y"]), value_strategy, max_size=4
+    ).flatmap(lambda d: st.one_of(st.just(d), streams.map(lambda s: {**d, "stream": s})))
     return st.lists(st.one_of(dict_item, simple_text, st.integers(0, 9)), max_size=4)
 
 
@@ -555,7 +738,9 @@ def traces(draw, float_work_tids=False):
     any_tid = st.one_of(st.sampled_from(TIDS), st.sampled_from([7.0, 20.0, None, 1399]))
     pid = st.sampled_from([0, 0, 0, 1, 487])
     for _ in range(n):
-        kind = draw(st.sampled_from(["graphed"] * 5 + ["eager", "flow_at", "flow", "start", "noise", "meta", "cpu"]))
+        kind = draw(
+            st.sampled_from(["graphed"] * 5 + ["eager", "flow_at", "flow", "start", "noise", "meta", "cpu"])
+        )
         if kind in ("graphed", "eager"):
             cat = draw(st.sampled_from(["kernel"] * 4 + ["gpu_memcpy", "gpu_memset"]))
             args = {}
@@ -580,7 +765,9 @@ def traces(draw, float_work_tids=False):
         elif kind == "flow_at" and events:
             target = draw(st.sampled_from(events))
             if "ts" in target and not isinstance(target.get("tid"), str):
-                events.append(F(target.get("tid"), target["ts"], pid=draw(st.sampled_from([target.get("pid", 0), 1]))))
+                events.append(
+                    F(target.get("tid"), target["ts"], pid=draw(st.sampled_from([target.get("pid", 0), 1])))
+                )
         elif kind == "flow":
             events.append(F(draw(any_tid), draw(times), pid=draw(pid)))
         elif kind == "start":
@@ -597,7 +784,15 @@ def traces(draw, float_work_tids=False):
             elif which == "sort":
                 events.append(TS(tid, pid=draw(pid)))
             else:
-                events.append({"name": "process_name", "ph": "M", "pid": draw(pid), "tid": tid, "args": {"name": "python3"}})
+                events.append(
+                    {
+                        "name": "process_name",
+                        "ph": "M",
+                        "pid": draw(pid),
+                        "tid": tid,
+                        "args": {"name": "python3"},
+                    }
+                )
             if draw(st.integers(0, 5)) == 0:
                 # metadata with a work category counts as work (for lanes with int tids
                 # only, unless float_work_tids)
@@ -606,14 +801,26 @@ def traces(draw, float_work_tids=False):
                     cats.append("kernel")
                 events[-1]["cat"] = draw(st.sampled_from(cats))
         else:
-            events.append({"ph": "X", "cat": draw(st.sampled_from(["cpu_op", "cuda_runtime", "user_annotation"])), "pid": 487, "tid": draw(any_tid), "ts": draw(times), "dur": 1, "args": {}})
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": draw(st.sampled_from(["cpu_op", "cuda_runtime", "user_annotation"])),
+                    "pid": 487,
+                    "tid": draw(any_tid),
+                    "ts": draw(times),
+                    "dur": 1,
+                    "args": {},
+                }
+            )
     trace = {"traceEvents": events}
     if draw(st.booleans()):
         trace["schemaVersion"] = 1
     return trace
 
 
-SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 
 
 @SETTINGS
@@ -623,9 +830,18 @@ def test_hypothesis_annotate(ref, trace, annotations, default_stream):
 
 
 @SETTINGS
-@given(trace=traces(), default_stream=st.sampled_from([7, 7, 20]), overlap_stream=st.sampled_from([8, 8, 21, 7]))
+@given(
+    trace=traces(), default_stream=st.sampled_from([7, 7, 20]), overlap_stream=st.sampled_from([8, 8, 21, 7])
+)
 def test_hypothesis_move(ref, trace, default_stream, overlap_stream):
-    compare(ref, "move", trace, default_stream=default_stream, overlap_stream=overlap_stream, reject_reference_errors=True)
+    compare(
+        ref,
+        "move",
+        trace,
+        default_stream=default_stream,
+        overlap_stream=overlap_stream,
+        reject_reference_errors=True,
+    )
 
 
 @SETTINGS
@@ -650,7 +866,12 @@ def test_hypothesis_str_of_any_unicode_value(ref, value):
 
 def test_compare_tells_number_types_and_key_order_apart(tk):
     tk.assert_same_dicts({"a": 1, "b": [1.5]}, {"a": 1, "b": [1.5]})
-    for a, b in (({"a": 1}, {"a": 1.0}), ({"a": 1, "b": 2}, {"b": 2, "a": 1}), ({"a": True}, {"a": 1}), ({"a": "1"}, {"a": 1})):
+    for a, b in (
+        ({"a": 1}, {"a": 1.0}),
+        ({"a": 1, "b": 2}, {"b": 2, "a": 1}),
+        ({"a": True}, {"a": 1}),
+        ({"a": "1"}, {"a": 1}),
+    ):
         with pytest.raises(AssertionError):
             tk.assert_same_dicts(a, b)
 
@@ -675,7 +896,9 @@ def same_outcome(ref, which, trace, *args, **kwargs):
     want = outcome(getattr(ref, ref_name), copy.deepcopy(trace), *copy.deepcopy(args), **kwargs)
     got = outcome(getattr(cgfast, ours_name), copy.deepcopy(trace), *copy.deepcopy(args), **kwargs)
     if isinstance(want, type):
-        assert got is want or isinstance(got, type) and issubclass(got, want), f"reference raised {want.__name__}, cgfast gave {got!r}"
+        assert got is want or isinstance(got, type) and issubclass(got, want), (
+            f"reference raised {want.__name__}, cgfast gave {got!r}"
+        )
     else:
         assert not isinstance(got, type), f"cgfast raised {got.__name__}, the reference gave {want!r}"
         assert repr(got) == repr(want)
@@ -716,7 +939,9 @@ def test_odd_graphed_events_as_the_reference(ref, which, odd):
     got = same_outcome(ref, which, trace, *args)
     if which == "annotate" and odd != "list ts":
         assert got[0] == 2
-        assert got[1]["traceEvents"][1]["tid"] == 60 and got[1]["traceEvents"][2]["tid"] == 60, "the event and its flow move"
+        assert got[1]["traceEvents"][1]["tid"] == 60 and got[1]["traceEvents"][2]["tid"] == 60, (
+            "the event and its flow move"
+        )
 
 
 def test_odd_duration_of_a_moved_kernel_is_never_added(ref):
@@ -728,7 +953,12 @@ def test_odd_duration_of_a_moved_kernel_is_never_added(ref):
 @pytest.mark.parametrize("which", ["annotate", "move", "fix"])
 def test_events_and_args_that_are_not_dicts(ref, which):
     args = ({},) if which == "annotate" else ()
-    for trace in (T(K(7, 1, node=1), [1, 2]), T(K(7, 1, node=1), "event"), T(K(7, 1, node=1) | {"args": [1]}), T(K(7, 1, node=1) | {"args": None})):
+    for trace in (
+        T(K(7, 1, node=1), [1, 2]),
+        T(K(7, 1, node=1), "event"),
+        T(K(7, 1, node=1) | {"args": [1]}),
+        T(K(7, 1, node=1) | {"args": None}),
+    ):
         same_outcome(ref, which, trace, *args)
     # args the pass never reads are fine
     same_outcome(ref, which, T({"ph": "X", "cat": "cpu_op", "tid": 1, "ts": 1, "args": "x"}), *args)
@@ -751,7 +981,9 @@ def epoch_traces(draw):
             events.append(F(tid, ts))
             continue
         node = draw(st.sampled_from([1, 2, 3, 0]))
-        events.append(K(tid, ts, node=node, dur=draw(st.one_of(st.integers(0, 40), st.integers(0, 40).map(float)))))
+        events.append(
+            K(tid, ts, node=node, dur=draw(st.one_of(st.integers(0, 40), st.integers(0, 40).map(float))))
+        )
     return T(*events)
 
 
@@ -762,7 +994,11 @@ def test_hypothesis_epoch_nanosecond_times(ref, trace, max_adjust_us):
 
 
 @SETTINGS
-@given(trace=traces(), odd=st.lists(st.sampled_from(ODD_IN_64_BITS), min_size=1, max_size=3), at=st.integers(0, 30))
+@given(
+    trace=traces(),
+    odd=st.lists(st.sampled_from(ODD_IN_64_BITS), min_size=1, max_size=3),
+    at=st.integers(0, 30),
+)
 def test_hypothesis_odd_graphed_events(ref, trace, odd, at):
     events = trace["traceEvents"]
     for name in odd:

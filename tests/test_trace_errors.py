@@ -22,9 +22,27 @@ import cgfast
 
 GOOD_EVENTS = [
     {"name": "thread_name", "ph": "M", "pid": 0, "tid": 7, "args": {"name": "stream 7 "}},
-    {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 5, "args": {"graph node id": 5}},
+    {
+        "ph": "X",
+        "cat": "kernel",
+        "name": "k",
+        "pid": 0,
+        "tid": 7,
+        "ts": 10,
+        "dur": 5,
+        "args": {"graph node id": 5},
+    },
     {"ph": "f", "id": 1, "pid": 0, "tid": 7, "ts": 10, "cat": "ac2g", "name": "ac2g", "bp": "e"},
-    {"ph": "X", "cat": "kernel", "name": "k2", "pid": 0, "tid": 7, "ts": 12, "dur": 5, "args": {"graph node id": 6}},
+    {
+        "ph": "X",
+        "cat": "kernel",
+        "name": "k2",
+        "pid": 0,
+        "tid": 7,
+        "ts": 12,
+        "dur": 5,
+        "args": {"graph node id": 6},
+    },
 ]
 GOOD_TRACE = json.dumps({"schemaVersion": 1, "traceEvents": GOOD_EVENTS, "traceName": "x"})
 GOOD_ANNOTATIONS = {5: [{"name": "layers.0", "stream": 60}], 6: ["label"]}
@@ -33,7 +51,9 @@ GOOD_ANNOTATIONS = {5: [{"name": "layers.0", "stream": 60}], 6: ["label"]}
 def runners():
     """The CLI binary (when built) and ``python -m cgfast``, as conftest.cli_command picks
     them (not imported: tests/gpu has a conftest module of its own)."""
-    binary = os.environ.get("CGFAST_BIN") or str(Path(__file__).resolve().parent.parent / "target" / "release" / "cgfast")
+    binary = os.environ.get("CGFAST_BIN") or str(
+        Path(__file__).resolve().parent.parent / "target" / "release" / "cgfast"
+    )
     python_m = [sys.executable, "-m", "cgfast"]
     if os.path.exists(binary):
         return [pytest.param([binary], id="cli"), pytest.param(python_m, id="python-m")]
@@ -54,7 +74,9 @@ def fail_cli(tk, command, *args, mention=None, cwd=None):
 
 
 def test_trace_error_is_exported():
-    assert hasattr(cgfast, "TraceError"), "the contract names cgfast.TraceError; python/cgfast/__init__.py does not export it"
+    assert hasattr(cgfast, "TraceError"), (
+        "the contract names cgfast.TraceError; python/cgfast/__init__.py does not export it"
+    )
     assert issubclass(cgfast.TraceError, Exception)
     assert cgfast.TraceError is cgfast._cgfast.TraceError
 
@@ -104,7 +126,20 @@ BAD_TRACES = {
     "gzip_of_empty": gzip.compress(b""),
     "just_gzip_magic": b"\x1f\x8b",
 }
-OFFSET_KNOWN = {"truncated", "truncated_in_string", "unclosed_array", "trailing_garbage", "two_documents", "bad_token", "bad_number", "single_quotes", "text", "garbage", "unescaped_control", "bad_escape"}
+OFFSET_KNOWN = {
+    "truncated",
+    "truncated_in_string",
+    "unclosed_array",
+    "trailing_garbage",
+    "two_documents",
+    "bad_token",
+    "bad_number",
+    "single_quotes",
+    "text",
+    "garbage",
+    "unescaped_control",
+    "bad_escape",
+}
 
 
 def assert_nothing_left(tk, directory: Path, expected: set):
@@ -161,7 +196,10 @@ def test_unreadable_trace_paths(tk, tmp_path, command):
         cgfast.annotate_file(tmp_path / "adir.json", ann)
 
 
-@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="running as root: file permissions do not deny reading")
+@pytest.mark.skipif(
+    hasattr(os, "geteuid") and os.geteuid() == 0,
+    reason="running as root: file permissions do not deny reading",
+)
 def test_permission_denied(tk, tmp_path, good):
     trace, ann = good
     trace.chmod(0)
@@ -174,7 +212,9 @@ def test_permission_denied(tk, tmp_path, good):
 @pytest.mark.parametrize("command", runners())
 def test_unwritable_output(tk, tmp_path, good, command):
     trace, ann = good
-    fail_cli(tk, command, trace, "-a", ann, "-o", tmp_path / "no" / "such" / "dir" / "o.json", mention="o.json")
+    fail_cli(
+        tk, command, trace, "-a", ann, "-o", tmp_path / "no" / "such" / "dir" / "o.json", mention="o.json"
+    )
     (tmp_path / "outdir").mkdir()
     fail_cli(tk, command, trace, "-a", ann, "-o", tmp_path / "outdir", mention="outdir")
     assert_nothing_left(tk, tmp_path, {trace.name, ann.name, "outdir"})
@@ -188,7 +228,9 @@ def test_bad_output_fails_before_reading_the_input(tk, tmp_path, good, command):
     _, ann = good
     fifo = tmp_path / "never.json"
     os.mkfifo(fifo)
-    fail_cli(tk, command, fifo, "-a", ann, "-o", tmp_path / "no" / "such" / "dir" / "o.json", mention="o.json")
+    fail_cli(
+        tk, command, fifo, "-a", ann, "-o", tmp_path / "no" / "such" / "dir" / "o.json", mention="o.json"
+    )
     (tmp_path / "outdir").mkdir()
     fail_cli(tk, command, fifo, "-a", ann, "-o", tmp_path / "outdir", mention="outdir")
     assert_nothing_left(tk, tmp_path, {fifo.name, ann.name, "trace.json", "outdir"})
@@ -203,7 +245,18 @@ def test_new_outputs_respect_the_umask_and_replaced_ones_keep_their_mode(tk, tmp
     kept.chmod(0o640)
     for out in (fresh, kept):
         proc = subprocess.run(
-            ["sh", "-c", f'umask {umask:03o} && exec "$@"', "sh", *tk.cli_command(), str(trace), "-a", str(ann), "-o", str(out)],
+            [
+                "sh",
+                "-c",
+                f'umask {umask:03o} && exec "$@"',
+                "sh",
+                *tk.cli_command(),
+                str(trace),
+                "-a",
+                str(ann),
+                "-o",
+                str(out),
+            ],
             capture_output=True,
             text=True,
             env=tk.clean_env(),
@@ -228,9 +281,13 @@ BAD_ANNOTATIONS = {
     "json_list": b"[1, 2]",
     "non_integer_key": json.dumps({"abc": [{"name": "x"}]}).encode(),
     "float_key": json.dumps({"5.5": [{"name": "x"}]}).encode(),
-    "non_integer_key_wrapped": json.dumps({"format": "cgfast-annotations", "version": 1, "annotations": {"node": []}}).encode(),
+    "non_integer_key_wrapped": json.dumps(
+        {"format": "cgfast-annotations", "version": 1, "annotations": {"node": []}}
+    ).encode(),
     "non_list_items": json.dumps({"5": "not a list"}).encode(),
-    "annotations_not_object": json.dumps({"format": "cgfast-annotations", "version": 1, "annotations": [1]}).encode(),
+    "annotations_not_object": json.dumps(
+        {"format": "cgfast-annotations", "version": 1, "annotations": [1]}
+    ).encode(),
     "future_version": json.dumps({"format": "cgfast-annotations", "version": 99, "annotations": {}}).encode(),
     "gzip_truncated": gzip.compress(json.dumps({"5": [{"name": "x"}]}).encode())[:20],
     "pickle_truncated": _pickle({5: [{"name": "x"}]})[:-3],
@@ -309,8 +366,10 @@ def evil_pickles(marker: Path) -> dict:
         "subprocess": _pickle({5: [_Evil(marker, "subprocess")]}, protocol=2),
         "protocol0_classic": b"cos\nsystem\n(S'touch " + m.encode() + b"'\ntR.",
         "protocol0_inst": b"(S'touch " + m.encode() + b"'\nios\nsystem\n.",
-        "builtins_exec": b"cbuiltins\nexec\n(S'open(" + repr(m).encode() + b", \"w\").close()'\ntR.",
-        "defaultdict_factory": _pickle(collections.defaultdict(functools.partial(os.system, f"touch {m}"), {5: ["x"]})),
+        "builtins_exec": b"cbuiltins\nexec\n(S'open(" + repr(m).encode() + b', "w").close()\'\ntR.',
+        "defaultdict_factory": _pickle(
+            collections.defaultdict(functools.partial(os.system, f"touch {m}"), {5: ["x"]})
+        ),
         "stack_global": pickle.dumps({5: [_Evil(marker)]}, protocol=5),
         "reduce_in_key": _pickle({_Evil(marker): ["x"]}),
     }
@@ -433,7 +492,7 @@ def test_existing_output_is_replaced_on_success(ref, tk, tmp_path, good):
 ODD = [
     "5",
     '"a string event"',
-    "[1, 2, {\"ph\": \"X\"}]",
+    '[1, 2, {"ph": "X"}]',
     "null",
     "true",
     "-0.5e3",
@@ -446,7 +505,7 @@ ODD = [
     '{"ph": "X", "cat": "kernel", "name": "object ts", "pid": 0, "tid": 143, "ts": {"v": 1}, "dur": [1], "args": {"graph node id": 6}}',
     '{"ph": "X", "cat": "gpu_memcpy", "name": "string dur", "pid": 0, "tid": 143, "ts": 17, "dur": "1", "args": {"graph node id": 5}}',
     '{"ph": "f", "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 143, "ts": "10", "id": 9}',
-    '{}',
+    "{}",
 ]
 
 
@@ -454,11 +513,47 @@ def test_odd_events_pass_through_untouched(ref, tk, tmp_path):
     normal = [
         {"name": "thread_name", "ph": "M", "pid": 0, "tid": 7, "args": {"name": "stream 7 "}},
         {"name": "thread_name", "ph": "M", "pid": 0, "tid": 143, "args": {"name": "stream 143 "}},
-        {"ph": "X", "cat": "kernel", "name": "k0", "pid": 0, "tid": 7, "ts": 0, "dur": 10, "args": {"graph node id": 5}},
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k0",
+            "pid": 0,
+            "tid": 7,
+            "ts": 0,
+            "dur": 10,
+            "args": {"graph node id": 5},
+        },
         {"ph": "f", "id": 1, "pid": 0, "tid": 7, "ts": 0, "cat": "ac2g", "name": "ac2g", "bp": "e"},
-        {"ph": "X", "cat": "kernel", "name": "k1", "pid": 0, "tid": 7, "ts": 5, "dur": 1, "args": {"graph node id": 6}},
-        {"ph": "X", "cat": "kernel", "name": "k2", "pid": 0, "tid": 7, "ts": 9.5, "dur": 1, "args": {"graph node id": 7}},
-        {"ph": "X", "cat": "kernel", "name": "eager anchor", "pid": 0, "tid": 143, "ts": 1, "dur": 1, "args": {"graph node id": 0}},
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k1",
+            "pid": 0,
+            "tid": 7,
+            "ts": 5,
+            "dur": 1,
+            "args": {"graph node id": 6},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k2",
+            "pid": 0,
+            "tid": 7,
+            "ts": 9.5,
+            "dur": 1,
+            "args": {"graph node id": 7},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "eager anchor",
+            "pid": 0,
+            "tid": 143,
+            "ts": 1,
+            "dur": 1,
+            "args": {"graph node id": 0},
+        },
         {"ph": "X", "cat": "gpu_user_annotation", "name": "## x ##", "pid": 0, "tid": 20, "ts": 0, "dur": 20},
     ]
     anchor = 6
@@ -491,7 +586,9 @@ def test_odd_events_pass_through_untouched(ref, tk, tmp_path):
 def test_invalid_utf8_is_a_clean_outcome(tk, tmp_path, good):
     _, ann = good
     trace = tmp_path / "u.json"
-    trace.write_bytes(b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "\xff\xfe", "pid": 0, "tid": 7, "ts": 1, "dur": 1, "args": {"graph node id": 5}}]}')
+    trace.write_bytes(
+        b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "\xff\xfe", "pid": 0, "tid": 7, "ts": 1, "dur": 1, "args": {"graph node id": 5}}]}'
+    )
     proc = tk.run_cli(trace, "-a", ann)
     if proc.returncode != 0:
         tk.assert_clean_failure(proc, mention="u.json")
@@ -511,7 +608,13 @@ def test_deeply_nested_event_is_a_clean_outcome(tk, tmp_path, good):
         assert (tmp_path / "o.json").read_text() == trace.read_text()
 
 
-NOT_ANNOTATION_FILES = {"json_list": b"[1, 2]", "json_string": b'"x"', "json_number": b"5", "text": b"hello, these are my notes\n", "csv": b"node,name\n5,x\n"}
+NOT_ANNOTATION_FILES = {
+    "json_list": b"[1, 2]",
+    "json_string": b'"x"',
+    "json_number": b"5",
+    "text": b"hello, these are my notes\n",
+    "csv": b"node,name\n5,x\n",
+}
 
 
 @pytest.mark.parametrize("command", runners())
@@ -521,7 +624,9 @@ def test_files_that_are_no_annotation_file_say_so(tk, tmp_path, good, case, comm
     ann = tmp_path / "notes.pkl"
     ann.write_bytes(NOT_ANNOTATION_FILES[case])
     line = fail_cli(tk, command, trace, "-a", ann, mention="notes.pkl")
-    assert line.endswith("notes.pkl: not an annotation file: expected a JSON object of node id -> annotations, or a pickle"), line
+    assert line.endswith(
+        "notes.pkl: not an annotation file: expected a JSON object of node id -> annotations, or a pickle"
+    ), line
     assert "opcode" not in line and "memo" not in line
 
 

@@ -31,7 +31,9 @@ def breakdown(trace_analysis, directory: Path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         analysis = trace_analysis(trace_dir=str(directory))
-        return analysis.get_gpu_user_annotation_breakdown(visualize=False, duration_ratio=1.0, num_kernels=100_000)
+        return analysis.get_gpu_user_annotation_breakdown(
+            visualize=False, duration_ratio=1.0, num_kernels=100_000
+        )
 
 
 def test_hta_reports_time_per_module(tk, trace_analysis, tmp_path):
@@ -53,7 +55,12 @@ def test_hta_reports_time_per_module(tk, trace_analysis, tmp_path):
     kernels = collections.defaultdict(int)
     for e in events:
         args = e.get("args") if isinstance(e, dict) else None
-        if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset") or not isinstance(args, dict) or "module" not in args or not args.get("graph node id"):
+        if (
+            e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset")
+            or not isinstance(args, dict)
+            or "module" not in args
+            or not args.get("graph node id")
+        ):
             continue
         parts = args["module"].split(".")
         for depth in range(1, len(parts) + 1):
@@ -73,10 +80,19 @@ def test_hta_reports_time_per_module(tk, trace_analysis, tmp_path):
     assert modules <= set(reported), f"modules HTA does not report: {sorted(modules - set(reported))}"
     for module in modules:
         # HTA moves each start up and each end down to whole microseconds
-        assert busy[module] - 2 * kernels[module] <= reported[module] <= outer[module] + 1e-6, (module, reported[module], busy[module], outer[module])
+        assert busy[module] - 2 * kernels[module] <= reported[module] <= outer[module] + 1e-6, (
+            module,
+            reported[module],
+            busy[module],
+            outer[module],
+        )
     for module in ("layers", "layers.0", "layers.1", "head"):
         # one run per replay: its span is its extent
-        assert abs(reported[module] - outer[module]) <= 2 * replays[module], (module, reported[module], outer[module])
+        assert abs(reported[module] - outer[module]) <= 2 * replays[module], (
+            module,
+            reported[module],
+            outer[module],
+        )
 
 
 def test_without_spans_hta_finds_nothing_in_the_replays(tk, trace_analysis, tmp_path):

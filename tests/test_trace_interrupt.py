@@ -56,7 +56,13 @@ def test_a_signal_stops_the_run_cleanly(tk, tmp_path, big_trace, command, signum
     if existing:
         out.write_bytes(b"precious")
         os.utime(out, (1_000_000_000, 1_000_000_000))
-    proc = subprocess.Popen(command + [str(trace), "-a", str(ann), "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=tk.clean_env())
+    proc = subprocess.Popen(
+        command + [str(trace), "-a", str(ann), "-o", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=tk.clean_env(),
+    )
     try:
         # the temporary output appears when the run starts reading
         assert wait_for(lambda: partials(tmp_path), 60), "the run never started"
@@ -88,7 +94,13 @@ def test_annotate_file_is_interruptible(tk, tmp_path, big_trace):
         "except KeyboardInterrupt:\n"
         "    sys.exit(42)\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=tk.clean_env())
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=tk.clean_env(),
+    )
     try:
         assert wait_for(lambda: partials(tmp_path), 60), "the run never started"
         proc.send_signal(signal.SIGINT)

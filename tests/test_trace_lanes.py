@@ -28,8 +28,11 @@ def streams_asked() -> dict:
 def gpu_work(events: list) -> dict:
     """(correlation, name, ts) -> event, for the GPU work of a trace (this one's ids are
     recovered, so the input has none)."""
-    return {(e["args"]["correlation"], e["name"], e["ts"]): e for e in events
-            if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")}
+    return {
+        (e["args"]["correlation"], e["name"], e["ts"]): e
+        for e in events
+        if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+    }
 
 
 def annotate(tk, tmp_path, lanes, *flags):
@@ -68,7 +71,9 @@ def test_lanes_none_moves_nothing_and_names_the_asked_stream(tk, tmp_path):
         node = e["args"]["graph node id"]
         if node in asked:
             named += 1
-            assert e["args"]["annotated_stream"] == asked[node] and isinstance(e["args"]["annotated_stream"], int)
+            assert e["args"]["annotated_stream"] == asked[node] and isinstance(
+                e["args"]["annotated_stream"], int
+            )
         else:
             assert "annotated_stream" not in e["args"]
         if e["tid"] != before[k]["tid"]:
@@ -76,10 +81,25 @@ def test_lanes_none_moves_nothing_and_names_the_asked_stream(tk, tmp_path):
             assert e["tid"] == 8 and before[k]["tid"] == 7, e
         assert e["args"].get("stream") == e["tid"]
     assert named > 20
-    report = json.loads(tk.run_cli(TRACE, "-a", ANNOTATIONS, "-o", tmp_path / "again.json", "--spans", "none", "--lanes", "none", "--json").stdout)
+    report = json.loads(
+        tk.run_cli(
+            TRACE,
+            "-a",
+            ANNOTATIONS,
+            "-o",
+            tmp_path / "again.json",
+            "--spans",
+            "none",
+            "--lanes",
+            "none",
+            "--json",
+        ).stdout
+    )
     assert report["annotated"] == len(after)
     # the same from Python, byte for byte
-    cgfast.annotate_file(TRACE, annotations=ANNOTATIONS, output=tmp_path / "py.json", spans=None, lanes="none")
+    cgfast.annotate_file(
+        TRACE, annotations=ANNOTATIONS, output=tmp_path / "py.json", spans=None, lanes="none"
+    )
     assert (tmp_path / "py.json").read_bytes() == out.read_bytes()
 
 

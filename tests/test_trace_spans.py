@@ -28,14 +28,20 @@ def test_real_traces_get_nested_module_spans(tk, trace, tmp_path):
     events, spans = tk.split_spans(tk.load_json(tmp_path / "out.json")["traceEvents"])
     tk.check_spans(events, spans)
     assert report["spans"] == len(spans)
-    modules = {e["args"]["module"] for e in events if isinstance(e.get("args"), dict) and "module" in e["args"]}
+    modules = {
+        e["args"]["module"] for e in events if isinstance(e.get("args"), dict) and "module" in e["args"]
+    }
     if not modules:
         # the eager example names its scopes only: spans of "name" then
         assert spans == []
         annotate(tk, trace, tmp_path / "out.json", "--spans", "name")
         events, spans = tk.split_spans(tk.load_json(tmp_path / "out.json")["traceEvents"])
         tk.check_spans(events, spans, key="name")
-        assert {s["name"] for s in spans} == {e["args"]["name"] for e in events if isinstance(e.get("args"), dict) and "name" in e["args"] and e["args"].get("graph node id")}
+        assert {s["name"] for s in spans} == {
+            e["args"]["name"]
+            for e in events
+            if isinstance(e.get("args"), dict) and "name" in e["args"] and e["args"].get("graph node id")
+        }
         return
     names = {s["name"] for s in spans}
     # every module and each of its dotted prefixes has a span
@@ -53,13 +59,21 @@ def test_spans_none_writes_the_output_without_spans(tk, trace, tmp_path):
     raw_with = tk.split_events(tk.read_text(tmp_path / "with.json"))
     raw_without = tk.split_events(tk.read_text(tmp_path / "without.json"))
     assert raw_with.events[: len(raw_without.events)] == raw_without.events
-    assert all(tk.is_scope_span(json.loads(e)) for e in raw_with.events[len(raw_without.events):])
+    assert all(tk.is_scope_span(json.loads(e)) for e in raw_with.events[len(raw_without.events) :])
     assert not any(tk.is_scope_span(json.loads(e)) for e in raw_without.events)
 
 
 def kernel(ts, dur, node, tid=7, correlation=1, cat="kernel"):
-    return {"ph": "X", "cat": cat, "name": f"k{node}", "pid": 0, "tid": tid, "ts": ts, "dur": dur,
-            "args": {"correlation": correlation, "graph node id": node}}
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": f"k{node}",
+        "pid": 0,
+        "tid": tid,
+        "ts": ts,
+        "dur": dur,
+        "args": {"correlation": correlation, "graph node id": node},
+    }
 
 
 def spans_of(tk, tmp_path, events, annotations, *args, **kwargs) -> list:
@@ -80,21 +94,35 @@ def test_runs_of_another_key_nest_break_and_cluster(tk, tmp_path):
     # all on lane 60, which the overlap pass leaves alone
     annotations = {n: [{"scope": v, "stream": 60} if v else {"stream": 60}] for n, v in scope.items()}
     events = [
-        kernel(0, 10, 1), kernel(10, 5, 2), kernel(20, 5, 3), kernel(25, 5, 4),
-        kernel(40, 5, 5),                      # unannotated: every run ends
-        kernel(50, 10, 6), kernel(55, 10, 7),  # overlap by 5 us: one cluster of prefix a.b
-        kernel(70, 5, 8, correlation=2),       # the next replay: runs end
+        kernel(0, 10, 1),
+        kernel(10, 5, 2),
+        kernel(20, 5, 3),
+        kernel(25, 5, 4),
+        kernel(40, 5, 5),  # unannotated: every run ends
+        kernel(50, 10, 6),
+        kernel(55, 10, 7),  # overlap by 5 us: one cluster of prefix a.b
+        kernel(70, 5, 8, correlation=2),  # the next replay: runs end
         kernel(80, 5, 9, correlation=2),
     ]
-    written, spans, report = spans_of(tk, tmp_path, events, annotations, "--spans", "scope", "--max-adjust-us", "0")
+    written, spans, report = spans_of(
+        tk, tmp_path, events, annotations, "--spans", "scope", "--max-adjust-us", "0"
+    )
     got = [(s["name"], s["ts"], s["dur"]) for s in spans]
     assert got == [
-        ("a", 0, 30), ("a.b", 0, 15), ("a.c", 20, 10), ("a.c.x", 25, 5),
-        ("a", 50, 15), ("a.b", 50, 15),
-        ("a", 70, 15), ("a.d", 70, 5), ("a.b", 80, 5),
+        ("a", 0, 30),
+        ("a.b", 0, 15),
+        ("a.c", 20, 10),
+        ("a.c.x", 25, 5),
+        ("a", 50, 15),
+        ("a.b", 50, 15),
+        ("a", 70, 15),
+        ("a.d", 70, 5),
+        ("a.b", 80, 5),
     ]
     assert report["spans"] == len(spans)
-    assert all(s["tid"] == 60 and s["pid"] == 0 and s["args"] == {"cgfast": "scope", "key": "scope"} for s in spans)
+    assert all(
+        s["tid"] == 60 and s["pid"] == 0 and s["args"] == {"cgfast": "scope", "key": "scope"} for s in spans
+    )
     tk.check_spans(written, spans, key="scope")
     # no annotation has a module: no spans by default
     assert spans_of(tk, tmp_path, events, annotations)[1] == []
@@ -103,8 +131,18 @@ def test_runs_of_another_key_nest_break_and_cluster(tk, tmp_path):
 def test_spans_follow_moved_and_repaired_events(tk, tmp_path):
     # kernel 2 overlaps kernel 1 on the default lane and moves to lane 8; memcpy 3 starts
     # 0.5 us early and is repaired: spans use the final lanes and starts
-    annotations = {1: [{"module": "m.a"}], 2: [{"module": "m.b"}], 3: [{"module": "m.a"}], 4: [{"module": "m.c", "stream": 60}]}
-    events = [kernel(0.0, 10.0, 1), kernel(5.0, 2.0, 2), kernel(9.5, 1.25, 3, cat="gpu_memcpy"), kernel(3.0, 1.0, 4)]
+    annotations = {
+        1: [{"module": "m.a"}],
+        2: [{"module": "m.b"}],
+        3: [{"module": "m.a"}],
+        4: [{"module": "m.c", "stream": 60}],
+    }
+    events = [
+        kernel(0.0, 10.0, 1),
+        kernel(5.0, 2.0, 2),
+        kernel(9.5, 1.25, 3, cat="gpu_memcpy"),
+        kernel(3.0, 1.0, 4),
+    ]
     written, spans, _ = spans_of(tk, tmp_path, events, annotations)
     by_lane = {}
     for s in spans:
@@ -164,7 +202,10 @@ def test_annotating_an_output_again_changes_nothing(tk, trace, tmp_path):
     # cgfast's own spans make way for the new run's: not doubled, every event the same
     # text (only the white space before the first span may differ)
     again = annotate(tk, first, tmp_path / "again.json", "-a", annotations)
-    raw_first, raw_again = tk.split_events(tk.read_text(first)), tk.split_events(tk.read_text(tmp_path / "again.json"))
+    raw_first, raw_again = (
+        tk.split_events(tk.read_text(first)),
+        tk.split_events(tk.read_text(tmp_path / "again.json")),
+    )
     assert raw_again.events == raw_first.events
     assert tk.load_json(tmp_path / "again.json") == tk.load_json(first)
     assert again["noise_removed"] == 0

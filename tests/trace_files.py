@@ -16,7 +16,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import gen_trace  # noqa: E402
 
 
-def kernel(ts: float, dur: float, *, tid: int = 7, pid: int = 0, name: str = "k", replay: int = 1, node: int = 1, cat: str = "kernel", **args: Any) -> Dict[str, Any]:
+def kernel(
+    ts: float,
+    dur: float,
+    *,
+    tid: int = 7,
+    pid: int = 0,
+    name: str = "k",
+    replay: int = 1,
+    node: int = 1,
+    cat: str = "kernel",
+    **args: Any,
+) -> Dict[str, Any]:
     """A graphed GPU event; ``args`` go into its ``args`` (``module=...``, ...)."""
     return {
         "ph": "X",
@@ -40,7 +51,9 @@ def write_trace(path: Path, events: List[Dict[str, Any]]) -> Path:
     return path
 
 
-def training_job(root: Path, steps: Sequence[int] = (1, 2), ranks: Sequence[int] = (0, 1), mb: float = 0.5) -> List[Path]:
+def training_job(
+    root: Path, steps: Sequence[int] = (1, 2), ranks: Sequence[int] = (0, 1), mb: float = 0.5
+) -> List[Path]:
     """``root/traces/step_N/00000R.7.pt.trace.json.gz`` per step and rank, with
     ``root/traces/kernel_annotations_rankR_1.json`` per rank; returns the traces."""
     traces_dir = root / "traces"
@@ -64,7 +77,14 @@ def training_job(root: Path, steps: Sequence[int] = (1, 2), ranks: Sequence[int]
 def cgfast(*args: Any, cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
     """Run the ``cgfast`` command line of the installed package."""
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    return subprocess.run([sys.executable, "-m", "cgfast", *map(str, args)], capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "cgfast", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=300,
+    )
 
 
 def read_json(path: Path) -> Any:

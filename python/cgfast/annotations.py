@@ -25,7 +25,9 @@ def save_annotations(
     recorded graph topology and launch stacks (node id -> ``"file:line:function"``
     frames, innermost first) to ``path`` atomically; gzip when the name ends in ``.gz``."""
     if stacks:
-        _cgfast.write_annotations(os.fspath(path), annotations, graphs, {k: list(v) for k, v in stacks.items()})
+        _cgfast.write_annotations(
+            os.fspath(path), annotations, graphs, {k: list(v) for k, v in stacks.items()}
+        )
     else:
         _cgfast.write_annotations(os.fspath(path), annotations, graphs)
 

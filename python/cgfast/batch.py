@@ -94,7 +94,13 @@ def _on_cluster(client: Any, traces: List[str], options: Dict[str, Any]) -> List
         if future.status == "finished":
             reports.append({**future.result(), "input": trace})
         else:  # the task itself failed: its worker died, or cgfast is missing there
-            reports.append({"input": trace, "ok": False, "error": f"{trace}: {future.status} on the cluster: {_why(future)}"})
+            reports.append(
+                {
+                    "input": trace,
+                    "ok": False,
+                    "error": f"{trace}: {future.status} on the cluster: {_why(future)}",
+                }
+            )
     return reports
 
 

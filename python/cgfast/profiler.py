@@ -44,7 +44,15 @@ def default_worker_name(rank: Optional[int] = None) -> str:
 class TraceHandler:
     """The callable :func:`trace_handler` returns; it remembers the files it last wrote."""
 
-    def __init__(self, dir_name: "str | os.PathLike[str]", worker_name: Optional[str] = None, use_gzip: bool = True, *, spans: Optional[str] = "module", lanes: str = "all") -> None:
+    def __init__(
+        self,
+        dir_name: "str | os.PathLike[str]",
+        worker_name: Optional[str] = None,
+        use_gzip: bool = True,
+        *,
+        spans: Optional[str] = "module",
+        lanes: str = "all",
+    ) -> None:
         dir_name = os.fspath(dir_name)
         if not dir_name:
             raise ValueError("trace_handler needs a directory name")
@@ -69,12 +77,21 @@ class TraceHandler:
         prof.export_chrome_trace(trace_path)
         annotations_path = os.path.join(self.dir_name, f"kernel_annotations_rank{rank}_{os.getpid()}.json")
         capture.save_annotations(annotations_path)
-        self.annotate_result = cgfast.annotate_file(trace_path, annotations=annotations_path, output=None, spans=self.spans, lanes=self.lanes)
+        self.annotate_result = cgfast.annotate_file(
+            trace_path, annotations=annotations_path, output=None, spans=self.spans, lanes=self.lanes
+        )
         self.trace_path = trace_path
         self.annotations_path = annotations_path
 
 
-def trace_handler(dir_name: "str | os.PathLike[str]", worker_name: Optional[str] = None, use_gzip: bool = True, *, spans: Optional[str] = "module", lanes: str = "all") -> TraceHandler:
+def trace_handler(
+    dir_name: "str | os.PathLike[str]",
+    worker_name: Optional[str] = None,
+    use_gzip: bool = True,
+    *,
+    spans: Optional[str] = "module",
+    lanes: str = "all",
+) -> TraceHandler:
     """An ``on_trace_ready`` callable writing trace, annotations and annotated trace
     into ``dir_name``; ``spans`` is the annotation key whose scopes get spans (None: none),
     ``lanes`` ("all", "none" or "reference", as ``cgfast annotate --lanes``) whether

@@ -46,7 +46,15 @@ def summary_report(
     when ``by`` is ``"module"`` or values are rolled up; ``False``: never, bars only).
     Raises ``cgfast.TraceError`` naming every trace that cannot be read."""
     return _cgfast.summary_report(
-        paths, by=by, steps=steps, top=top, jobs=jobs or 0, chart=chart, depth=depth, group_layers=group_layers, hierarchy=hierarchy
+        paths,
+        by=by,
+        steps=steps,
+        top=top,
+        jobs=jobs or 0,
+        chart=chart,
+        depth=depth,
+        group_layers=group_layers,
+        hierarchy=hierarchy,
     )
 
 
@@ -81,7 +89,17 @@ def summarize(
     """
     if frame:
         pandas = _pandas()
-    report = summary_report(paths, by, steps, top=top, jobs=jobs, chart=chart, depth=depth, group_layers=group_layers, hierarchy=hierarchy)
+    report = summary_report(
+        paths,
+        by,
+        steps,
+        top=top,
+        jobs=jobs,
+        chart=chart,
+        depth=depth,
+        group_layers=group_layers,
+        hierarchy=hierarchy,
+    )
     rows = report["replay_rows"] if steps else report["rows"]
     return pandas.DataFrame(rows) if frame else rows
 
@@ -95,5 +113,7 @@ def _pandas() -> Any:
     try:
         import pandas
     except ImportError as e:
-        raise ImportError("a DataFrame needs pandas: pip install pandas (or cgfast[pandas]); summarize() without frame=True returns plain rows") from e
+        raise ImportError(
+            "a DataFrame needs pandas: pip install pandas (or cgfast[pandas]); summarize() without frame=True returns plain rows"
+        ) from e
     return pandas

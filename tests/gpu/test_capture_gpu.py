@@ -154,7 +154,11 @@ def exec_keys(exec_id: int, capture_ids) -> set:
 
 
 def keys_named(name: str) -> set:
-    return {key for key, scopes in capture.get_kernel_annotations().items() if any(a.get("name") == name for a in scopes)}
+    return {
+        key
+        for key, scopes in capture.get_kernel_annotations().items()
+        if any(a.get("name") == name for a in scopes)
+    }
 
 
 def registry_for(exec_id: int, expected: dict) -> dict:
@@ -210,13 +214,16 @@ def test_single_stream_scopes_match_the_nodes_they_created(truth):
     assert "memcpy" in spans["copy"].values() and "memset" in spans["memset"].values()
     exec_id = truth.exec_id(g)
     inner = set(spans["inner"])
-    expected = registry_for(exec_id, {
-        "first": (spans["first"], {"name": "first"}),
-        "copy": (spans["copy"], {"name": "copy", "what": "d2d"}),
-        "memset": (spans["memset"], {"name": "memset"}),
-        "inner": (inner, {"name": "inner", "color": "red"}),
-        "outer": (set(spans["outer"]) - inner, {"name": "outer", "color": "red"}),
-    })
+    expected = registry_for(
+        exec_id,
+        {
+            "first": (spans["first"], {"name": "first"}),
+            "copy": (spans["copy"], {"name": "copy", "what": "d2d"}),
+            "memset": (spans["memset"], {"name": "memset"}),
+            "inner": (inner, {"name": "inner", "color": "red"}),
+            "outer": (set(spans["outer"]) - inner, {"name": "outer", "color": "red"}),
+        },
+    )
     assert dict(capture.get_kernel_annotations()) == expected
     g.replay()
     torch.cuda.synchronize()
@@ -257,13 +264,16 @@ def test_forked_streams_and_mark_stream(truth):
     assert len(lanes) == 1
     (lane,) = lanes
     assert lane >= 60
-    assert dict(registry) == registry_for(exec_id, {
-        "side": (spans["side"], {"name": "side", "stream": lane}),
-        "main": (spans["main"], {"name": "main"}),
-        "side again": (spans["side again"], {"name": "side again", "stream": lane}),
-        "current": (spans["current"], {"name": "current"}),
-        "join": (spans["join"], {"name": "join"}),
-    })
+    assert dict(registry) == registry_for(
+        exec_id,
+        {
+            "side": (spans["side"], {"name": "side", "stream": lane}),
+            "main": (spans["main"], {"name": "main"}),
+            "side again": (spans["side again"], {"name": "side again", "stream": lane}),
+            "current": (spans["current"], {"name": "current"}),
+            "join": (spans["join"], {"name": "join"}),
+        },
+    )
     g.replay()
     torch.cuda.synchronize()
 
@@ -302,7 +312,9 @@ def test_graphs_in_sequence_and_kept_graphs(truth):
     second_exec = truth.exec_id(kept)
     assert second_exec != first_exec
     assert keys_named("kept") == exec_keys(second_exec, spans["kept"])
-    assert set(capture.get_graph_topology()) >= {second_exec} and first_exec not in capture.get_graph_topology()
+    assert (
+        set(capture.get_graph_topology()) >= {second_exec} and first_exec not in capture.get_graph_topology()
+    )
     kept.replay()
 
     lazy = torch.cuda.CUDAGraph(keep_graph=True)
@@ -371,7 +383,9 @@ def test_install_makes_a_plain_torch_cuda_graph_record(truth):
         with truth.span(spans, "plain"), capture.mark_kernels("plain"):
             y = y.exp() * 3
     assert spans["plain"]
-    assert dict(capture.get_kernel_annotations()) == registry_for(truth.exec_id(g), {"plain": (spans["plain"], {"name": "plain"})})
+    assert dict(capture.get_kernel_annotations()) == registry_for(
+        truth.exec_id(g), {"plain": (spans["plain"], {"name": "plain"})}
+    )
     capture.disable_annotations()
     off = torch.cuda.CUDAGraph()
     with torch.cuda.graph(off):
@@ -394,7 +408,9 @@ def test_recording_started_inside_a_running_capture(truth):
             with truth.span(spans, "late"), capture.mark_kernels("late"):
                 y = y.exp() * 3
     assert spans["late"]
-    assert dict(capture.get_kernel_annotations()) == registry_for(truth.exec_id(g), {"late": (spans["late"], {"name": "late"})})
+    assert dict(capture.get_kernel_annotations()) == registry_for(
+        truth.exec_id(g), {"late": (spans["late"], {"name": "late"})}
+    )
     assert set(capture.get_graph_topology()) == {truth.exec_id(g)}
 
 
@@ -427,7 +443,11 @@ def test_topology_matches_the_graph(truth):
         snapshot = {}
         for node in truth.nodes(truth.capture_graph()):
             node_type = truth.node_type(node)
-            launch = truth.kernel_launch(node) if node_type == _NT.CU_GRAPH_NODE_TYPE_KERNEL else (None, None, None)
+            launch = (
+                truth.kernel_launch(node)
+                if node_type == _NT.CU_GRAPH_NODE_TYPE_KERNEL
+                else (None, None, None)
+            )
             deps = [truth.node_id(dep) for dep in truth.dependencies(node)]
             snapshot[truth.node_id(node)] = (node_type, deps, launch)
     exec_id = truth.exec_id(g)
@@ -446,14 +466,16 @@ def test_topology_matches_the_graph(truth):
     expected = []
     for node_id in sorted((n for n in snapshot if snapshot[n][0] in ANNOTATABLE), key=lambda n: n & MASK):
         node_type, _, (name, grid, block) = snapshot[node_id]
-        expected.append({
-            "id": high | (node_id & MASK),
-            "type": ANNOTATABLE[node_type],
-            "name": name,
-            "deps": sorted(high | (dep & MASK) for dep in annotatable_ancestors(node_id)),
-            "grid": grid,
-            "block": block,
-        })
+        expected.append(
+            {
+                "id": high | (node_id & MASK),
+                "type": ANNOTATABLE[node_type],
+                "name": name,
+                "deps": sorted(high | (dep & MASK) for dep in annotatable_ancestors(node_id)),
+                "grid": grid,
+                "block": block,
+            }
+        )
     topology = capture.get_graph_topology()
     assert list(topology) == [exec_id]
     assert topology[exec_id] == expected

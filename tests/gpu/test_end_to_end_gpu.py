@@ -39,9 +39,23 @@ WORK = {"kernel", "gpu_memcpy", "gpu_memset"}
 # What Kineto writes into a kernel's args; anything else on an annotated event came
 # from an annotation.
 PROFILER_ARGS = {
-    "External id", "queued", "device", "context", "stream", "correlation", "registers per thread",
-    "shared memory", "blocks per SM", "warps per SM", "grid", "block", "est. achieved occupancy %",
-    "graph node id", "bytes", "memory bandwidth (GB/s)", "cbid",
+    "External id",
+    "queued",
+    "device",
+    "context",
+    "stream",
+    "correlation",
+    "registers per thread",
+    "shared memory",
+    "blocks per SM",
+    "warps per SM",
+    "grid",
+    "block",
+    "est. achieved occupancy %",
+    "graph node id",
+    "bytes",
+    "memory bandwidth (GB/s)",
+    "cbid",
 }
 
 
@@ -117,7 +131,13 @@ def truth():
     import cuda.bindings.driver as drv
 
     t = drv.CUgraphNodeType
-    KINDS.update({t.CU_GRAPH_NODE_TYPE_KERNEL: "kernel", t.CU_GRAPH_NODE_TYPE_MEMCPY: "memcpy", t.CU_GRAPH_NODE_TYPE_MEMSET: "memset"})
+    KINDS.update(
+        {
+            t.CU_GRAPH_NODE_TYPE_KERNEL: "kernel",
+            t.CU_GRAPH_NODE_TYPE_MEMCPY: "memcpy",
+            t.CU_GRAPH_NODE_TYPE_MEMSET: "memset",
+        }
+    )
     return Truth()
 
 
@@ -144,7 +164,11 @@ def load(path: str) -> dict:
 def verify(annotated: dict, expected: dict, launches: dict) -> dict:
     """Check every kernel of every replay; returns the figures."""
     events = annotated["traceEvents"]
-    launches_corr = {e["args"]["correlation"] for e in events if e.get("cat") == "cuda_runtime" and e.get("name", "").startswith("cudaGraphLaunch")}
+    launches_corr = {
+        e["args"]["correlation"]
+        for e in events
+        if e.get("cat") == "cuda_runtime" and e.get("name", "").startswith("cudaGraphLaunch")
+    }
     replays: dict = {}
     for e in events:
         if e.get("cat") in WORK and e.get("args", {}).get("correlation") in launches_corr:
@@ -163,7 +187,11 @@ def verify(annotated: dict, expected: dict, launches: dict) -> dict:
             want = {k: v for k, v in expected.get(node, {}).items() if k != "stream"}
             got = {k: v for k, v in e["args"].items() if k not in PROFILER_ARGS}
             # the lane a moved event ran on (--lanes all; checked in tests/test_trace_lanes.py)
-            if "original_stream" in got and isinstance(got["original_stream"], int) and got["original_stream"] != e["tid"]:
+            if (
+                "original_stream" in got
+                and isinstance(got["original_stream"], int)
+                and got["original_stream"] != e["tid"]
+            ):
                 del got["original_stream"]
             if got != {k: str(v) for k, v in want.items()}:
                 figures["mismatches"].append(("annotation", correlation, e["name"][:60], got, want))
@@ -172,7 +200,9 @@ def verify(annotated: dict, expected: dict, launches: dict) -> dict:
             if e.get("cat") == "kernel" and node in launches:
                 grid, block = launches[node]
                 if e["args"].get("grid") != list(grid) or e["args"].get("block") != list(block):
-                    figures["mismatches"].append(("launch", correlation, e["name"][:60], e["args"].get("grid"), grid))
+                    figures["mismatches"].append(
+                        ("launch", correlation, e["name"][:60], e["args"].get("grid"), grid)
+                    )
         if len(seen) != len(replay):
             figures["mismatches"].append(("node matched twice", correlation))
     return figures
@@ -190,13 +220,22 @@ def profile_replays(run, steps: int, directory: str):
 
 def cli_annotate(trace_path: str, output: str) -> dict:
     """The console script, with annotation auto-discovery."""
-    done = subprocess.run([sys.executable, "-m", "cgfast", "annotate", trace_path, "-o", output, "--json"], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "cgfast", "annotate", trace_path, "-o", output, "--json"],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
 
 def report(name: str, directory: str, figures: dict, cli: dict) -> None:
-    line = {"test": name, **{k: v for k, v in figures.items() if k != "mismatches"}, "mismatches": len(figures["mismatches"]), "recovery": cli["recovery"]}
+    line = {
+        "test": name,
+        **{k: v for k, v in figures.items() if k != "mismatches"},
+        "mismatches": len(figures["mismatches"]),
+        "recovery": cli["recovery"],
+    }
     print("E2E", json.dumps(line))
     with open(os.path.join(directory, "figures.json"), "w") as f:
         json.dump({**line, "mismatch_details": figures["mismatches"][:20]}, f, indent=1, default=str)
@@ -221,7 +260,10 @@ def test_eager_two_stream_graph(truth, tmp_path):
         with gt.scope({"name": "layer_norm"}), capture.mark_kernels("layer_norm"):
             h = norm(x)
         side.wait_stream(main)
-        with gt.scope({"name": "attention", "stream": capture.lane_for(side)}), capture.mark_stream(side, "attention"):
+        with (
+            gt.scope({"name": "attention", "stream": capture.lane_for(side)}),
+            capture.mark_stream(side, "attention"),
+        ):
             a = attention(h)
         with gt.scope({"name": "mlp"}), capture.mark_kernels({"name": "mlp"}):
             m = fc2(F.gelu(fc1(h)))
@@ -253,7 +295,11 @@ def test_eager_two_stream_graph(truth, tmp_path):
     assert figures["replays"] == 4 and figures["kernels"] > 4 * 8
     assert figures["mismatches"] == [], figures["mismatches"][:5]
     assert cli["recovery"]["recovered_replays"] == 4 and cli["recovery"]["unresolved_events"] == 0
-    lanes = {e["tid"] for e in annotated["traceEvents"] if e.get("args", {}).get("name") == "attention" and e.get("cat") == "kernel"}
+    lanes = {
+        e["tid"]
+        for e in annotated["traceEvents"]
+        if e.get("args", {}).get("name") == "attention" and e.get("cat") == "kernel"
+    }
     assert lanes == {capture.lane_for(side)}
 
 

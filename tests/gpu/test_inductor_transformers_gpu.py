@@ -56,8 +56,14 @@ def annotations_on():
 def llama():
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(
-        vocab_size=VOCAB, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, use_cache=False,
+        vocab_size=VOCAB,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        use_cache=False,
     )
     return transformers.LlamaForCausalLM(cfg).cuda()
 
@@ -132,8 +138,12 @@ def root_share_of_gpu_time(step, directory: str, backbone: str) -> dict:
     graphed = [e for e in events if e.get("cat") == "kernel" and "name" in e.get("args", {})]
     total = sum(e.get("dur", 0) for e in graphed)
     root = sum(e.get("dur", 0) for e in graphed if e["args"].get("module", "") in ("", backbone))
-    return {"kernels": len(graphed), "gpu_us": total, "root_us": root,
-            "root_share": root / total if total else None}
+    return {
+        "kernels": len(graphed),
+        "gpu_us": total,
+        "root_us": root,
+        "root_share": root / total if total else None,
+    }
 
 
 def report(name: str, figures: dict) -> None:
@@ -154,7 +164,8 @@ def _run(model, step, name, tmp_path):
     graphs = check_recordings(model, codes)
     labelled = [pair for graph in graphs.values() for pair in graph]
     figures = {
-        "torch": torch.__version__, "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
         "graphed_kernels": len(labelled),
         "annotated": sum(a is not None for _, a in labelled),
         "root_level_kernels": sum(

@@ -101,7 +101,9 @@ def expected_keys(nodes: dict, exec_id: int, owner: dict, extra=None) -> dict:
         if node_type not in ANNOTATABLE:
             continue
         module = owner.get(node)
-        expected[exec_id << 32 | (node_id & MASK)] = None if module is None else {"module": module, **(extra or {})}
+        expected[exec_id << 32 | (node_id & MASK)] = (
+            None if module is None else {"module": module, **(extra or {})}
+        )
     return expected
 
 
@@ -203,8 +205,11 @@ class BackwardTruth(TorchFunctionMode):
         out = func(*args, **(kwargs or {}))
         if torch.cuda.is_current_stream_capturing():
             module = self.innermost_module()
-            stack = [t.grad_fn for t in (out if isinstance(out, (tuple, list)) else [out])
-                     if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+            stack = [
+                t.grad_fn
+                for t in (out if isinstance(out, (tuple, list)) else [out])
+                if isinstance(t, torch.Tensor) and t.grad_fn is not None
+            ]
             while stack:
                 node = stack.pop()
                 if node in self.made_by or node._sequence_nr() < first:
@@ -289,12 +294,16 @@ def test_make_graphed_callables_training_step(truth, monkeypatch):
             "annotatable_nodes": len(expected),
             "expected_annotated": sum(a is not None for a in expected.values()),
             "annotated": sum(a is not None for a in got.values()),
-            "matching_truth_percent": 100.0 * sum(got[k] == e for k, e in expected.items()) / max(1, len(expected)),
+            "matching_truth_percent": 100.0
+            * sum(got[k] == e for k, e in expected.items())
+            / max(1, len(expected)),
         }
         FIGURES["resnet18_make_graphed_callables"] = figures
         write_figures()
         wrong = {key: (got[key], want) for key, want in expected.items() if got[key] != want}
-        assert not wrong, f"{phase}: {len(wrong)} of {len(expected)} nodes differ, e.g. {list(wrong.values())[:5]}"
+        assert not wrong, (
+            f"{phase}: {len(wrong)} of {len(expected)} nodes differ, e.g. {list(wrong.values())[:5]}"
+        )
         assert figures[phase]["annotated"] == len(expected)  # every kernel of both graphs
     out = graphed(x)
     out.sum().backward()
@@ -313,11 +322,17 @@ def test_stacks_name_the_model_source_for_every_kernel(truth, monkeypatch):
             with torch.no_grad(), torch.cuda.graph(g):
                 model(x)
     exec_id = truth.exec_id(g)
-    keys = {exec_id << 32 | (node_id & MASK) for node_type, node_id in snapshots[0].values() if node_type in ANNOTATABLE}
+    keys = {
+        exec_id << 32 | (node_id & MASK)
+        for node_type, node_id in snapshots[0].values()
+        if node_type in ANNOTATABLE
+    }
     stacks = capture.get_kernel_stacks()
     sources = (os.path.dirname(timm.__file__), os.path.abspath(__file__))
     launches = {key: stacks.get(key, [None])[0] for key in keys}
-    outside = {key: frame for key, frame in launches.items() if frame is None or not frame.startswith(sources)}
+    outside = {
+        key: frame for key, frame in launches.items() if frame is None or not frame.startswith(sources)
+    }
     assert not outside, f"{len(outside)} of {len(keys)} kernels, e.g. {list(outside.values())[:5]}"
 
     times = {"plain": [], "annotate_modules": [], "annotate_modules_stacks": []}

@@ -48,14 +48,23 @@ from test_end_to_end_gpu import (  # noqa: E402,F401  (fixtures)
 def llama():
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
-        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
     )
     return transformers.LlamaForCausalLM(config).cuda().eval()
 
 
 def cli(trace_path: str, output: str, *extra: str) -> dict:
-    done = subprocess.run([sys.executable, "-m", "cgfast", "annotate", trace_path, "-o", output, "--json", *extra], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "cgfast", "annotate", trace_path, "-o", output, "--json", *extra],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -80,7 +89,9 @@ def assert_exact(figures: dict, recovery: dict) -> None:
     assert recovery["ambiguous_replays"] == 0 and recovery["unresolved_events"] == 0, recovery
     assert recovery["recovered_replays"] == recovery["replays"] == figures["replays"], recovery
     assert recovery["base_name_replays"] == 0, recovery
-    assert recovery["unknown_stamps"] == recovery["unfit_stamps"] == recovery["malformed_stamps"] == 0, recovery
+    assert recovery["unknown_stamps"] == recovery["unfit_stamps"] == recovery["malformed_stamps"] == 0, (
+        recovery
+    )
 
 
 def test_compiled_llama_called_with_several_shapes_per_step(inductor_truth, tmp_path):
@@ -96,7 +107,11 @@ def test_compiled_llama_called_with_several_shapes_per_step(inductor_truth, tmp_
     name = "compiled_llama_shapes"
     annotated, figures = run_compiled(inductor_truth, tmp_path, name, step, steps=3)
     directory = out_dir(tmp_path, name)
-    trace = next(os.path.join(directory, f) for f in sorted(os.listdir(directory)) if f.endswith((".pt.trace.json", ".pt.trace.json.gz")))
+    trace = next(
+        os.path.join(directory, f)
+        for f in sorted(os.listdir(directory))
+        if f.endswith((".pt.trace.json", ".pt.trace.json.gz"))
+    )
     exact = cli(trace, os.path.join(directory, "exact.annotated.json.gz"))
     alone = cli(trace, os.path.join(directory, "topology_only.annotated.json.gz"), "--topology-only")
     write_figures(directory, name, figures, exact, alone)
@@ -134,7 +149,12 @@ def serve(truth, tmp_path, name: str, batches: list, copies: int) -> dict:
     model = llama()
     gt = GroundTruth(truth)
     inner = model.model
-    modules = {"embed_tokens": inner.embed_tokens, **{f"layers.{i}": layer for i, layer in enumerate(inner.layers)}, "norm": inner.norm, "lm_head": model.lm_head}
+    modules = {
+        "embed_tokens": inner.embed_tokens,
+        **{f"layers.{i}": layer for i, layer in enumerate(inner.layers)},
+        "norm": inner.norm,
+        "lm_head": model.lm_head,
+    }
     scopes = ModuleScopes(gt, modules)
     inputs = {bs: torch.randint(0, 256, (bs, 1), device="cuda") for bs in batches}
     outputs, graphs = {}, {}
@@ -175,12 +195,18 @@ def serve(truth, tmp_path, name: str, batches: list, copies: int) -> dict:
     figures = verify(annotated, expected, launches)
     exact = cli(handler.trace_path, os.path.join(directory, "cli.annotated.json.gz"))
     assert load(exact["output"]) == annotated
-    alone = cli(handler.trace_path, os.path.join(directory, "topology_only.annotated.json.gz"), "--topology-only")
+    alone = cli(
+        handler.trace_path, os.path.join(directory, "topology_only.annotated.json.gz"), "--topology-only"
+    )
     line = write_figures(directory, name, figures, exact, alone)
     assert figures["replays"] == len(order) and figures["annotated"] > 0
     assert_exact(figures, exact["recovery"])
     assert exact["recovery"]["stamped_replays"] == len(order), exact["recovery"]
-    batch_of = {e["args"].get("batch") for e in annotated["traceEvents"] if e.get("cat") == "kernel" and "batch" in e.get("args", {})}
+    batch_of = {
+        e["args"].get("batch")
+        for e in annotated["traceEvents"]
+        if e.get("cat") == "kernel" and "batch" in e.get("args", {})
+    }
     assert len(batch_of) == len(graphs), batch_of
     return line
 

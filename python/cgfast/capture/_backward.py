@@ -171,7 +171,11 @@ def _bracket_backward(node: Any, metadata: Dict[Any, Any]) -> None:
 
     node.register_prehook(prehook)
     for parent, _ in node.next_functions:
-        if parent is not None and type(parent).__name__ == "AccumulateGrad" and _BRACKETED not in parent.metadata:
+        if (
+            parent is not None
+            and type(parent).__name__ == "AccumulateGrad"
+            and _BRACKETED not in parent.metadata
+        ):
             parent.metadata[_BRACKETED] = True
             parent.register_prehook(owner.end)
 

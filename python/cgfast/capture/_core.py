@@ -274,7 +274,8 @@ class Recorder:
             if not pending:
                 return
             waiting = {
-                nodes.graph_id for _, nodes in pending
+                nodes.graph_id
+                for _, nodes in pending
                 if type(nodes) is Span and nodes.graph_id not in self._annotatable_local_ids
             }
             if waiting:

@@ -64,7 +64,8 @@ class ToolsIdSource:
         except ImportError as exc:
             raise IdSourceUnavailable(f"cuda-bindings is not installed ({exc})") from exc
         missing = [
-            fn for fn in ("cudaGraphNodeGetToolsId", "cudaGraphGetId", "cudaGraphExecGetId")
+            fn
+            for fn in ("cudaGraphNodeGetToolsId", "cudaGraphGetId", "cudaGraphExecGetId")
             if not hasattr(runtime, fn)
         ]
         if missing:
@@ -201,7 +202,13 @@ def _toolkit_libcupti() -> List[str]:
     homes = [os.environ.get(var) for var in TOOLKIT_HOME_VARIABLES] + list(DEFAULT_TOOLKIT_HOMES)
     found = []
     for home in filter(None, homes):
-        for sub in ("extras/CUPTI/lib64", "lib64", "lib", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib"):
+        for sub in (
+            "extras/CUPTI/lib64",
+            "lib64",
+            "lib",
+            "targets/x86_64-linux/lib",
+            "targets/sbsa-linux/lib",
+        ):
             found += _glob_libcupti(os.path.join(home, sub))
     return found
 

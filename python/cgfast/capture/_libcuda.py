@@ -81,15 +81,24 @@ class LibcudaGraphs:
     def __init__(self, lib: ctypes.CDLL) -> None:
         self._lib = lib
         size_p = ctypes.POINTER(_c_size_t)
-        self._error_name_fn = _function(lib, ("cuGetErrorName",), [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)])[1]
+        self._error_name_fn = _function(
+            lib, ("cuGetErrorName",), [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+        )[1]
         init = _function(lib, ("cuInit",), [ctypes.c_uint])[1]
         self._check("cuInit", init(0))
 
         self._capture_info_name, self._capture_info = _function(
             lib,
             ("cuStreamGetCaptureInfo_v3", "cuStreamGetCaptureInfo_v2"),
-            [_c_void_p, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_uint64),
-             ctypes.POINTER(_c_void_p), ctypes.POINTER(_NODE_ARRAY), ctypes.POINTER(_c_void_p), size_p],
+            [
+                _c_void_p,
+                ctypes.POINTER(ctypes.c_int),
+                ctypes.POINTER(ctypes.c_uint64),
+                ctypes.POINTER(_c_void_p),
+                ctypes.POINTER(_NODE_ARRAY),
+                ctypes.POINTER(_c_void_p),
+                size_p,
+            ],
         )
         if self._capture_info_name.endswith("_v2"):  # no edge-data argument
             self._capture_info.argtypes = [a for i, a in enumerate(self._capture_info.argtypes) if i != 5]
@@ -97,15 +106,21 @@ class LibcudaGraphs:
         self._nodes = _function(lib, ("cuGraphGetNodes",), [_c_void_p, _NODE_ARRAY, size_p])[1]
         edge_lists = [_c_void_p, _NODE_ARRAY, _c_void_p, size_p]
         plain_lists = [_c_void_p, _NODE_ARRAY, size_p]
-        name, self._dependents = _function(lib, ("cuGraphNodeGetDependentNodes_v2", "cuGraphNodeGetDependentNodes"), edge_lists)
+        name, self._dependents = _function(
+            lib, ("cuGraphNodeGetDependentNodes_v2", "cuGraphNodeGetDependentNodes"), edge_lists
+        )
         self._dependents_have_edges = name.endswith("_v2")
         if not self._dependents_have_edges:
             self._dependents.argtypes = plain_lists
-        name, self._dependencies = _function(lib, ("cuGraphNodeGetDependencies_v2", "cuGraphNodeGetDependencies"), edge_lists)
+        name, self._dependencies = _function(
+            lib, ("cuGraphNodeGetDependencies_v2", "cuGraphNodeGetDependencies"), edge_lists
+        )
         self._dependencies_have_edges = name.endswith("_v2")
         if not self._dependencies_have_edges:
             self._dependencies.argtypes = plain_lists
-        self._node_type = _function(lib, ("cuGraphNodeGetType",), [_c_void_p, ctypes.POINTER(ctypes.c_int)])[1]
+        self._node_type = _function(lib, ("cuGraphNodeGetType",), [_c_void_p, ctypes.POINTER(ctypes.c_int)])[
+            1
+        ]
         self._kernel_params = _function(
             lib, ("cuGraphKernelNodeGetParams_v2",), [_c_void_p, ctypes.POINTER(_KernelNodeParams)]
         )[1]
@@ -130,8 +145,14 @@ class LibcudaGraphs:
             node_type = ctypes.c_int()
             params = _KernelNodeParams()
             space = self._scratch.space = (
-                count, ctypes.byref(count), _SmallNodes(), _SmallEdges(),
-                node_type, ctypes.byref(node_type), params, ctypes.byref(params),
+                count,
+                ctypes.byref(count),
+                _SmallNodes(),
+                _SmallEdges(),
+                node_type,
+                ctypes.byref(node_type),
+                params,
+                ctypes.byref(params),
             )
         return space
 
@@ -164,11 +185,24 @@ class LibcudaGraphs:
         edges = _c_void_p()
         count = _c_size_t()
         if self._capture_info_name.endswith("_v3"):
-            code = self._capture_info(stream, ctypes.byref(status), ctypes.byref(capture_id), ctypes.byref(graph),
-                                      ctypes.byref(deps), ctypes.byref(edges), ctypes.byref(count))
+            code = self._capture_info(
+                stream,
+                ctypes.byref(status),
+                ctypes.byref(capture_id),
+                ctypes.byref(graph),
+                ctypes.byref(deps),
+                ctypes.byref(edges),
+                ctypes.byref(count),
+            )
         else:
-            code = self._capture_info(stream, ctypes.byref(status), ctypes.byref(capture_id), ctypes.byref(graph),
-                                      ctypes.byref(deps), ctypes.byref(count))
+            code = self._capture_info(
+                stream,
+                ctypes.byref(status),
+                ctypes.byref(capture_id),
+                ctypes.byref(graph),
+                ctypes.byref(deps),
+                ctypes.byref(count),
+            )
         self._check(self._capture_info_name, code)
         if status.value != CAPTURE_STATUS_ACTIVE:
             return None
@@ -179,7 +213,9 @@ class LibcudaGraphs:
         status = ctypes.c_int()
         graph = _c_void_p()
         if self._capture_info_name.endswith("_v3"):
-            code = self._capture_info(stream, ctypes.byref(status), None, ctypes.byref(graph), None, None, None)
+            code = self._capture_info(
+                stream, ctypes.byref(status), None, ctypes.byref(graph), None, None, None
+            )
         else:
             code = self._capture_info(stream, ctypes.byref(status), None, ctypes.byref(graph), None, None)
         self._check(self._capture_info_name, code)
@@ -200,10 +236,14 @@ class LibcudaGraphs:
         return self._graph_nodes("cuGraphGetNodes", self._nodes, graph)
 
     def dependents(self, node: int) -> List[int]:
-        return self._node_list("cuGraphNodeGetDependentNodes", self._dependents, self._dependents_have_edges, node)
+        return self._node_list(
+            "cuGraphNodeGetDependentNodes", self._dependents, self._dependents_have_edges, node
+        )
 
     def dependencies(self, node: int) -> List[int]:
-        return self._node_list("cuGraphNodeGetDependencies", self._dependencies, self._dependencies_have_edges, node)
+        return self._node_list(
+            "cuGraphNodeGetDependencies", self._dependencies, self._dependencies_have_edges, node
+        )
 
     def node_type(self, node: int) -> int:
         space = self._scratch_space()
@@ -308,7 +348,9 @@ class LibcudaGraphs:
                 if instantiate:
                     self._check(
                         "cuGraphInstantiateWithFlags",
-                        lib.cuGraphInstantiateWithFlags(ctypes.byref(graph_exec), graph, ctypes.c_ulonglong(0)),
+                        lib.cuGraphInstantiateWithFlags(
+                            ctypes.byref(graph_exec), graph, ctypes.c_ulonglong(0)
+                        ),
                     )
                 yield ProbeGraph(graph.value, node.value, graph_exec.value if instantiate else None)
             finally:

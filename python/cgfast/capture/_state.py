@@ -108,7 +108,9 @@ class State:
             self._streams = TorchStreams()
         return self._streams
 
-    def use_backend(self, backend: Optional[Backend], *, reason: str = "", streams: Optional[StreamOps] = None) -> None:
+    def use_backend(
+        self, backend: Optional[Backend], *, reason: str = "", streams: Optional[StreamOps] = None
+    ) -> None:
         """Use ``backend`` from now on instead of choosing one (tests, embedders); with
         ``None``, record nothing, for ``reason``, switching streams with ``streams``."""
         with self._lock:
@@ -184,7 +186,8 @@ def choose_backend() -> Tuple[Optional[Backend], str]:
                 if mismatch is not None:
                     logger.warning(
                         "cgfast.capture: the two id sources disagree (%s); using CUPTI's, "
-                        "which is what the profiler reports", mismatch,
+                        "which is what the profiler reports",
+                        mismatch,
                     )
                     chosen = cupti
     except CudaError as exc:

@@ -49,7 +49,11 @@ def install() -> None:
     if _originals:
         return
     private = _torch_module()
-    if private is None or not hasattr(private, "mark_kernels") or not hasattr(private, "_set_annotations_enabled"):
+    if (
+        private is None
+        or not hasattr(private, "mark_kernels")
+        or not hasattr(private, "_set_annotations_enabled")
+    ):
         return
     set_enabled = private._set_annotations_enabled
 
@@ -81,7 +85,9 @@ def install() -> None:
             continue
         for name, replacement in replacements.items():
             original = module.__dict__.get(name)
-            if original is not None and (name == "mark_kernels" and original is torch_mark_kernels or original is set_enabled):
+            if original is not None and (
+                name == "mark_kernels" and original is torch_mark_kernels or original is set_enabled
+            ):
                 _originals.append((module, name, original))
                 setattr(module, name, replacement)
 

@@ -139,9 +139,7 @@ class ModuleNames:
         self._wrapped: set[ModulePath] = set()
         for node in self._nodes:
             for path in filter(None, map(self._raw_path, _stack(node))):
-                self._wrapped.update(
-                    path[:i] for i, part in enumerate(path) if part == _WRAPPER_ATTR and i
-                )
+                self._wrapped.update(path[:i] for i, part in enumerate(path) if part == _WRAPPER_ATTR and i)
 
     def _raw_path(self, entry: tuple[str, ModulePath]) -> Optional[ModulePath]:
         prefix = self._prefix.get(entry[0])
@@ -181,9 +179,7 @@ def common_ancestor(paths: Iterable[ModulePath]) -> Optional[ModulePath]:
     return common
 
 
-def common_module(
-    nodes: Iterable[torch.fx.Node], names: Optional[ModuleNames] = None
-) -> Optional[str]:
+def common_module(nodes: Iterable[torch.fx.Node], names: Optional[ModuleNames] = None) -> Optional[str]:
     """The innermost module enclosing every node whose module is known; names are
     relative to the root ``names`` found (by default, the nodes' own)."""
     nodes = list(nodes)
@@ -219,16 +215,12 @@ def annotation_of(
     enclosing the ``written`` nodes, by default all of them), ``modules`` (where the
     nodes touch more modules than ``module``: each, in node order), the user's keys
     and, in a backward graph, ``autograd_phase``. cgfast's own keys win over a user's."""
-    annotation: Annotation = {
-        "name": " + ".join(node.name for node in nodes) or fallback_name
-    }
+    annotation: Annotation = {"name": " + ".join(node.name for node in nodes) or fallback_name}
     names = names or ModuleNames(nodes)
     module = common_module(nodes if written is None else written, names)
     if module:
         annotation["module"] = module
-    touched = list(
-        {".".join(p): None for p in (names.of(n) for n in nodes) if p}
-    )
+    touched = list({".".join(p): None for p in (names.of(n) for n in nodes) if p})
     if touched and touched != [module]:
         annotation["modules"] = " + ".join(touched)
     for key, value in user_keys(nodes).items():
@@ -290,9 +282,7 @@ class GraphOrigins:
         """The nodes in graph order; of those, the ones of this graph (a subgraph's
         origins include the enclosing graph's control-flow node) that do work, as far
         as any remain."""
-        unique = sorted(
-            {n: None for n in nodes if n.op == "call_function"}, key=self._position
-        )
+        unique = sorted({n: None for n in nodes if n.op == "call_function"}, key=self._position)
         local = [n for n in unique if n.graph is self._fx_graph] or unique
         return [n for n in local if computes(n)] or local
 

@@ -85,9 +85,7 @@ class _LaunchBrackets:
     _bracket_open = False
 
     @contextlib.contextmanager
-    def _bracket(
-        self, annotation: Callable[[], Annotation], fallback_name: str
-    ) -> Iterator[None]:
+    def _bracket(self, annotation: Callable[[], Annotation], fallback_name: str) -> Iterator[None]:
         # A launch nested in another (a fallback emitting a kernel call) shares its bracket.
         if self._bracket_open or not annotations_enabled():
             yield
@@ -195,9 +193,7 @@ class AnnotatingPythonWrapperCodegen(_LaunchBrackets, PythonWrapperCodegen):
         if is_subgraph:
             if subgraph_name is None or parent_wrapper is None:
                 raise AssertionError("a subgraph wrapper needs a name and a parent")
-            return AnnotatingSubgraphPythonWrapperCodegen(
-                subgraph_name, parent_wrapper, partition_signatures
-            )
+            return AnnotatingSubgraphPythonWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
         return AnnotatingPythonWrapperCodegen()
 
 

@@ -96,7 +96,12 @@ impl Args {
     /// pattern) are given.
     fn single_trace(&self) -> Option<PathBuf> {
         match self.traces.as_slice() {
-            [one] if one.is_file() || !(one.is_dir() || one.to_str().is_some_and(|t| t.contains(['*', '?', '[']))) => Some(one.clone()),
+            [one]
+                if one.is_file()
+                    || !(one.is_dir() || one.to_str().is_some_and(|t| t.contains(['*', '?', '[']))) =>
+            {
+                Some(one.clone())
+            }
             _ => None,
         }
     }
@@ -118,9 +123,10 @@ pub fn run(args: Args) -> Result<(), String> {
     let options = args.options();
     let input_len = std::fs::metadata(&trace).map(|m| m.len()).unwrap_or(0);
     let mut progress = Progress::new(input_len, !args.no_progress);
-    let result = pipeline::annotate_file(&trace, &annotations, &output, &options, &mut |phase, done, total| {
-        progress.update(phase, done, total)
-    });
+    let result =
+        pipeline::annotate_file(&trace, &annotations, &output, &options, &mut |phase, done, total| {
+            progress.update(phase, done, total)
+        });
     progress.clear();
     let mut report = result.map_err(|f| f.message)?;
     report.seconds = started.elapsed().as_secs_f64();
@@ -165,7 +171,13 @@ fn print_summary(r: &Report, annotations: &Path, verbose: bool) {
     let rec = &r.recovery;
     if rec.replays > 0 {
         if rec.no_topology {
-            line("node ids", format!("missing in {} replays, and the annotations record no graph topology to recover them", thousands(rec.replays)));
+            line(
+                "node ids",
+                format!(
+                    "missing in {} replays, and the annotations record no graph topology to recover them",
+                    thousands(rec.replays)
+                ),
+            );
         } else {
             line(
                 "recovered ids",
@@ -182,7 +194,13 @@ fn print_summary(r: &Report, annotations: &Path, verbose: bool) {
             );
         }
     }
-    if rec.stamped_replays + rec.equivalent_replays + rec.unknown_stamps + rec.unfit_stamps + rec.malformed_stamps > 0 {
+    if rec.stamped_replays
+        + rec.equivalent_replays
+        + rec.unknown_stamps
+        + rec.unfit_stamps
+        + rec.malformed_stamps
+        > 0
+    {
         line(
             "exact replays",
             format!(
@@ -201,10 +219,23 @@ fn print_summary(r: &Report, annotations: &Path, verbose: bool) {
     line("fixed", format!("{} timestamps", thousands(r.fixed)));
     if r.large_overlaps > 0 {
         let hint = if verbose { "" } else { "; --verbose lists them" };
-        line("large overlaps", format!("{} left as they are (largest {:.3} µs{hint})", thousands(r.large_overlaps), r.largest_overlap_us));
+        line(
+            "large overlaps",
+            format!(
+                "{} left as they are (largest {:.3} µs{hint})",
+                thousands(r.large_overlaps),
+                r.largest_overlap_us
+            ),
+        );
         if verbose {
             for o in &r.overlaps {
-                println!("    lane {:>4}  ts {:.3}  overlap {:.3} µs  {}", o.lane, o.ts, o.overlap_us, o.name.chars().take(80).collect::<String>());
+                println!(
+                    "    lane {:>4}  ts {:.3}  overlap {:.3} µs  {}",
+                    o.lane,
+                    o.ts,
+                    o.overlap_us,
+                    o.name.chars().take(80).collect::<String>()
+                );
             }
         }
     }

@@ -26,7 +26,8 @@ struct AnnotationFiles {
 
 impl AnnotationFiles {
     fn get(&self, path: &Path) -> Loaded {
-        let slot = self.loaded.lock().expect("annotation cache").entry(path.to_path_buf()).or_default().clone();
+        let slot =
+            self.loaded.lock().expect("annotation cache").entry(path.to_path_buf()).or_default().clone();
         slot.get_or_init(|| annotation_file::read(path).map(Arc::new)).clone()
     }
 }
@@ -36,19 +37,30 @@ struct Annotated {
     report: Report,
 }
 
-fn annotate_one(args: &Args, trace: &Path, files: &AnnotationFiles, progress: &dyn Fn(f64)) -> Result<Annotated, String> {
+fn annotate_one(
+    args: &Args,
+    trace: &Path,
+    files: &AnnotationFiles,
+    progress: &dyn Fn(f64),
+) -> Result<Annotated, String> {
     let annotations = match &args.annotations {
         Some(p) => p.clone(),
         None => discover_annotations(trace).ok_or_else(|| annotations_not_found(trace))?,
     };
     let loaded = files.get(&annotations).map_err(|e| format!("{}: {e}", trace.display()))?;
-    let report = pipeline::annotate_file(trace, &loaded, &default_output(trace), &args.options(), &mut |phase, done, total| {
-        let part = done as f64 / total.max(1) as f64;
-        progress(match phase {
-            Phase::Reading => part / 2.0,
-            Phase::Writing => 0.5 + part / 2.0,
-        })
-    })
+    let report = pipeline::annotate_file(
+        trace,
+        &loaded,
+        &default_output(trace),
+        &args.options(),
+        &mut |phase, done, total| {
+            let part = done as f64 / total.max(1) as f64;
+            progress(match phase {
+                Phase::Reading => part / 2.0,
+                Phase::Writing => 0.5 + part / 2.0,
+            })
+        },
+    )
     .map_err(|f| f.message)?;
     Ok(Annotated { annotations, report })
 }
@@ -65,7 +77,10 @@ fn failure_line(trace: &Path, message: &str) -> String {
 
 pub fn run(args: &Args) -> Result<(), String> {
     if args.output.is_some() {
-        return Err("-o/--output names the output of one trace; with several, each is written beside its input".into());
+        return Err(
+            "-o/--output names the output of one trace; with several, each is written beside its input"
+                .into(),
+        );
     }
     let started = std::time::Instant::now();
     let traces = inputs::find(&args.traces, Wanted::Traces)?;
@@ -88,7 +103,12 @@ pub fn run(args: &Args) -> Result<(), String> {
             if args.verbose && !args.json {
                 progress.clear();
                 match result {
-                    Ok(a) => println!("  ok      {}  ({} annotated, {:.2} s)", traces[i].display(), thousands(a.report.annotated), a.report.seconds),
+                    Ok(a) => println!(
+                        "  ok      {}  ({} annotated, {:.2} s)",
+                        traces[i].display(),
+                        thousands(a.report.annotated),
+                        a.report.seconds
+                    ),
                     Err(e) => println!("  failed  {}", failure_line(&traces[i], e)),
                 }
             }
@@ -171,11 +191,21 @@ fn print_totals(t: &Totals, done: usize, failed: usize, all: usize) {
     line("moved", format!("{} overlapping kernels to their own lane", thousands(t.moved)));
     line("fixed", format!("{} timestamps", thousands(t.fixed)));
     if t.large_overlaps > 0 {
-        line("large overlaps", format!("{} left as they are (largest {:.3} µs)", thousands(t.large_overlaps), t.largest_overlap_us));
+        line(
+            "large overlaps",
+            format!(
+                "{} left as they are (largest {:.3} µs)",
+                thousands(t.large_overlaps),
+                t.largest_overlap_us
+            ),
+        );
     }
     line("outputs", "beside each input, as <trace>.annotated.json[.gz]".into());
     let (files_per_s, mb_per_s) = t.rates(all);
-    line("time", format!("{:.2} s ({files_per_s:.2} files/s, {mb_per_s:.1} MB/s, {} threads)", t.seconds, t.jobs));
+    line(
+        "time",
+        format!("{:.2} s ({files_per_s:.2} files/s, {mb_per_s:.1} MB/s, {} threads)", t.seconds, t.jobs),
+    );
 }
 
 fn to_json(done: &[Annotated], failed: &[(PathBuf, String)], t: &Totals, all: usize) -> serde_json::Value {

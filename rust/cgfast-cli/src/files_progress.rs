@@ -85,7 +85,8 @@ impl FilesProgress for Files {
         }
         *drawn = Some(Instant::now());
         let done = self.done_bytes.load(Ordering::Relaxed);
-        let fraction = if self.total_bytes > 0 { (done as f64 / self.total_bytes as f64).min(1.0) } else { 0.0 };
+        let fraction =
+            if self.total_bytes > 0 { (done as f64 / self.total_bytes as f64).min(1.0) } else { 0.0 };
         let filled = (fraction * WIDTH as f64) as usize;
         let rate = done as f64 / 1e6 / self.started.elapsed().as_secs_f64().max(1e-9);
         let failed = match self.failed.load(Ordering::Relaxed) {

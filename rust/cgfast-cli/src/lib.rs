@@ -13,7 +13,11 @@ use std::ffi::OsString;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "cgfast", version, about = "Say which layer launched every kernel of a CUDA-graph profiler trace")]
+#[command(
+    name = "cgfast",
+    version,
+    about = "Say which layer launched every kernel of a CUDA-graph profiler trace"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

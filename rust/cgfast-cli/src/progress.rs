@@ -33,7 +33,11 @@ impl Progress {
         let width = 30;
         let filled = (pct / 100.0 * width as f64) as usize;
         let rate = done as f64 / 1e6 / self.started.elapsed().as_secs_f64().max(1e-9);
-        eprint!("\r{label} [{}{}] {pct:5.1}% {rate:8.1} MB/s ", "#".repeat(filled), " ".repeat(width - filled));
+        eprint!(
+            "\r{label} [{}{}] {pct:5.1}% {rate:8.1} MB/s ",
+            "#".repeat(filled),
+            " ".repeat(width - filled)
+        );
         let _ = std::io::stderr().flush();
         self.shown = true;
         if phase == Phase::Writing && done >= total {

@@ -78,7 +78,13 @@ pub fn run(args: Args) -> Result<(), String> {
     if args.hierarchy && args.chart.is_none() {
         return Err("--hierarchy draws the hierarchy in a chart: give --chart out.html (or .svg)".into());
     }
-    let tree = if args.hierarchy { Some(true) } else if args.no_hierarchy { Some(false) } else { None };
+    let tree = if args.hierarchy {
+        Some(true)
+    } else if args.no_hierarchy {
+        Some(false)
+    } else {
+        None
+    };
     let hierarchy = Hierarchy::new(&args.by, args.depth.map(|d| d as usize), args.group_layers, tree);
     let traces = inputs::find(&args.traces, Wanted::Annotated)?;
     let options = Options { by: args.by.clone(), steps: args.steps, top: args.top, hierarchy };

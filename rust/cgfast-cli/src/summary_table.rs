@@ -94,7 +94,10 @@ fn percent(fraction: f64) -> String {
 }
 
 fn spread_text(s: &Spread) -> String {
-    format!("median {:.3} µs (min {:.3}, max {:.3}, stdev {:.3}) over {} replays", s.median, s.min, s.max, s.stdev, s.count)
+    format!(
+        "median {:.3} µs (min {:.3}, max {:.3}, stdev {:.3}) over {} replays",
+        s.median, s.min, s.max, s.stdev, s.count
+    )
 }
 
 pub fn print_table(summary: &Summary, rows: &[Row]) {
@@ -102,18 +105,32 @@ pub fn print_table(summary: &Summary, rows: &[Row]) {
     let mut out = stdout.lock();
     let t = summary.totals();
     let traces = if t.traces == 1 { "1 trace".to_string() } else { format!("{} traces", t.traces) };
-    let _ = writeln!(out, "cgfast summary by args.{}: {traces}, {} graphed kernels in {} replays", summary.by, thousands(t.kernels), thousands(t.replays));
+    let _ = writeln!(
+        out,
+        "cgfast summary by args.{}: {traces}, {} graphed kernels in {} replays",
+        summary.by,
+        thousands(t.kernels),
+        thousands(t.replays)
+    );
     if summary.hierarchy.rolls_up() {
         let mut how = Vec::new();
         if let Some(depth) = summary.hierarchy.depth {
-            how.push(format!("rolled up to their first {depth} dotted segment{}", if depth == 1 { "" } else { "s" }));
+            how.push(format!(
+                "rolled up to their first {depth} dotted segment{}",
+                if depth == 1 { "" } else { "s" }
+            ));
         }
         if summary.hierarchy.group_layers {
             how.push("numbered layers merged as *".to_string());
         }
         let _ = writeln!(out, "  values         {}", how.join("; "));
     }
-    let _ = writeln!(out, "  busy           {} ms of GPU time (overlapping kernels counted once; kernel time {} ms)", ms(t.busy_us), ms(t.total_us));
+    let _ = writeln!(
+        out,
+        "  busy           {} ms of GPU time (overlapping kernels counted once; kernel time {} ms)",
+        ms(t.busy_us),
+        ms(t.total_us)
+    );
     let _ = writeln!(
         out,
         "  annotated      {} of busy time; unannotated: {} kernels, {} ms",
@@ -122,18 +139,47 @@ pub fn print_table(summary: &Summary, rows: &[Row]) {
         ms(t.unannotated_us)
     );
     if t.ungraphed_kernels > 0 {
-        let _ = writeln!(out, "  not graphed    {} kernels, {} ms (not counted)", thousands(t.ungraphed_kernels), ms(t.ungraphed_us));
+        let _ = writeln!(
+            out,
+            "  not graphed    {} kernels, {} ms (not counted)",
+            thousands(t.ungraphed_kernels),
+            ms(t.ungraphed_us)
+        );
     }
     let without_ids = [
-        ("unresolved", t.unresolved_kernels, t.unresolved_us, "their replay was ambiguous or matched no recorded graph"),
-        ("ambiguous", t.ambiguous_replay_kernels, t.ambiguous_replay_us, "several recorded graphs with differing annotations fit their replay"),
-        ("unmatched", t.unmatched_replay_kernels, t.unmatched_replay_us, "their replay matched no recorded graph"),
+        (
+            "unresolved",
+            t.unresolved_kernels,
+            t.unresolved_us,
+            "their replay was ambiguous or matched no recorded graph",
+        ),
+        (
+            "ambiguous",
+            t.ambiguous_replay_kernels,
+            t.ambiguous_replay_us,
+            "several recorded graphs with differing annotations fit their replay",
+        ),
+        (
+            "unmatched",
+            t.unmatched_replay_kernels,
+            t.unmatched_replay_us,
+            "their replay matched no recorded graph",
+        ),
     ];
     for (label, kernels, us, why) in without_ids.into_iter().filter(|w| w.1 > 0) {
-        let _ = writeln!(out, "  {label:<14} {} of them graph-launched, {} ms: {why}, so they carry no node id or annotation", thousands(kernels), ms(us));
+        let _ = writeln!(
+            out,
+            "  {label:<14} {} of them graph-launched, {} ms: {why}, so they carry no node id or annotation",
+            thousands(kernels),
+            ms(us)
+        );
     }
     if t.unusable_events > 0 {
-        let _ = writeln!(out, "  unusable       {} graphed events without a numeric ts and dur (not counted)", thousands(t.unusable_events));
+        let _ = writeln!(
+            out,
+            "  unusable       {} graphed events without a numeric ts and dur (not counted)",
+            thousands(t.unusable_events)
+        );
     }
     if summary.steps {
         let (busy, span) = summary.replay_spread();
@@ -142,7 +188,8 @@ pub fn print_table(summary: &Summary, rows: &[Row]) {
     }
     let _ = writeln!(out);
 
-    let mut headers = vec![summary.by.as_str(), "kernels", "total ms", "mean µs", "own busy ms", "attributed ms", "share"];
+    let mut headers =
+        vec![summary.by.as_str(), "kernels", "total ms", "mean µs", "own busy ms", "attributed ms", "share"];
     if summary.steps {
         headers.extend(["replays", "median µs/replay", "min", "max", "stdev"]);
     }
@@ -172,7 +219,11 @@ pub fn print_table(summary: &Summary, rows: &[Row]) {
                 ]);
             }
             cells.push(match r.top_kernels.first() {
-                Some((name, n)) => format!("{} ({:.0}%)", clip(&short_kernel_name(name), 48), 100.0 * n.total_ns as f64 / 1000.0 / r.total_us.max(1e-9)),
+                Some((name, n)) => format!(
+                    "{} ({:.0}%)",
+                    clip(&short_kernel_name(name), 48),
+                    100.0 * n.total_ns as f64 / 1000.0 / r.total_us.max(1e-9)
+                ),
                 None => String::new(),
             });
             cells
@@ -194,7 +245,11 @@ pub fn print_table(summary: &Summary, rows: &[Row]) {
             .iter()
             .map(|r| {
                 let largest = r.values.first().map_or(String::new(), |v| {
-                    format!("{} ({:.0}%)", clip_start(v.value.as_deref().unwrap_or(UNANNOTATED), 48), 100.0 * v.attributed_ns / (r.busy_ns as f64).max(1e-9))
+                    format!(
+                        "{} ({:.0}%)",
+                        clip_start(v.value.as_deref().unwrap_or(UNANNOTATED), 48),
+                        100.0 * v.attributed_ns / (r.busy_ns as f64).max(1e-9)
+                    )
                 });
                 let mut cells = vec![
                     r.correlation.to_string(),
@@ -206,7 +261,11 @@ pub fn print_table(summary: &Summary, rows: &[Row]) {
                 ];
                 if with_trace {
                     let path = &summary.traces[r.trace].path;
-                    cells.insert(0, path.file_name().map_or(path.display().to_string(), |n| n.to_string_lossy().into_owned()));
+                    cells.insert(
+                        0,
+                        path.file_name()
+                            .map_or(path.display().to_string(), |n| n.to_string_lossy().into_owned()),
+                    );
                 }
                 cells
             })
@@ -257,11 +316,23 @@ pub fn print_json(summary: &Summary, top: usize) {
 
 pub fn print_csv(summary: &Summary, rows: &[Row]) {
     if summary.steps {
-        let columns =
-            ["trace", "replay", "value", "kernels", "total_us", "busy_us", "attributed_us", "share", "replay_start_us", "replay_span_us", "replay_busy_us"];
+        let columns = [
+            "trace",
+            "replay",
+            "value",
+            "kernels",
+            "total_us",
+            "busy_us",
+            "attributed_us",
+            "share",
+            "replay_start_us",
+            "replay_span_us",
+            "replay_busy_us",
+        ];
         print_records(&columns, &summary.replay_rows());
     } else {
-        let columns = ["value", "kernels", "total_us", "mean_us", "busy_us", "attributed_us", "share", "top_kernels"];
+        let columns =
+            ["value", "kernels", "total_us", "mean_us", "busy_us", "attributed_us", "share", "top_kernels"];
         print_records(&columns, &rows.iter().map(Row::to_json).collect::<Vec<_>>());
     }
 }
@@ -296,7 +367,10 @@ mod tests {
         assert_eq!(csv_cell("total_us", &serde_json::json!(3.0)), "3");
         assert_eq!(csv_cell("kernels", &serde_json::json!(7)), "7");
         assert_eq!(csv_cell("value", &Json::Null), "");
-        assert_eq!(csv_cell("top_kernels", &serde_json::json!([{"name": "k"}])), "\"[{\"\"name\"\":\"\"k\"\"}]\"");
+        assert_eq!(
+            csv_cell("top_kernels", &serde_json::json!([{"name": "k"}])),
+            "\"[{\"\"name\"\":\"\"k\"\"}]\""
+        );
     }
 
     #[test]
@@ -306,7 +380,10 @@ mod tests {
             &mut out,
             &["v", "n", "k"],
             &[true, false, true],
-            &[vec!["long value".into(), "1".into(), "x".into()], vec!["a".into(), "1,000".into(), "y".into()]],
+            &[
+                vec!["long value".into(), "1".into(), "x".into()],
+                vec!["a".into(), "1,000".into(), "y".into()],
+            ],
         );
         let text = String::from_utf8(out).unwrap();
         assert_eq!(text, "  v               n  k\n  long value      1  x\n  a           1,000  y\n");

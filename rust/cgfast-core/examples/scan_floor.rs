@@ -13,7 +13,12 @@ fn main() {
         }
         if mode != "skip" {
             let t = std::time::Instant::now();
-            let (index, _layout) = cgfast_core::scan::scan(std::path::Path::new(&path), &cgfast_core::scan::WriteKeys::default(), &mut |_, _| {}).expect("a trace");
+            let (index, _layout) = cgfast_core::scan::scan(
+                std::path::Path::new(&path),
+                &cgfast_core::scan::WriteKeys::default(),
+                &mut |_, _| {},
+            )
+            .expect("a trace");
             println!("scan {:.3}s  tracked events {}", t.elapsed().as_secs_f64(), index.events.len());
         }
     }

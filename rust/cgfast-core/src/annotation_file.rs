@@ -35,8 +35,12 @@ pub fn read(path: &Path) -> Result<Annotations, String> {
         None => return Err(format!("{shown}: the annotation file is empty")),
         Some(b'{') => json_value::parse(&bytes)
             .map_err(|(at, expected)| format!("{shown}: not valid JSON: expected {expected} at byte {at}"))?,
-        Some(_) if looks_like_pickle(&bytes) => crate::pickle::load(&bytes).map_err(|e| format!("{shown}: {e}"))?,
-        Some(_) => return Err(format!("{shown}: not an annotation file: expected a JSON object of node id -> annotations, or a pickle")),
+        Some(_) if looks_like_pickle(&bytes) => {
+            crate::pickle::load(&bytes).map_err(|e| format!("{shown}: {e}"))?
+        }
+        Some(_) => return Err(format!(
+            "{shown}: not an annotation file: expected a JSON object of node id -> annotations, or a pickle"
+        )),
     };
     from_document(document).map_err(|e| format!("{shown}: {e}"))
 }
@@ -48,7 +52,9 @@ fn looks_like_pickle(bytes: &[u8]) -> bool {
         Some(0x80 | b'(' | b'}') => true,
         Some(b'c') => {
             let module = bytes[1..].iter().position(|&b| b == b'\n').map(|end| &bytes[1..1 + end]);
-            module.is_some_and(|m| !m.is_empty() && m.iter().all(|&b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.'))
+            module.is_some_and(|m| {
+                !m.is_empty() && m.iter().all(|&b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
+            })
         }
         _ => false,
     }
@@ -92,7 +98,9 @@ fn node_map(entries: Vec<(Value, Value)>) -> Result<HashMap<NodeId, Vec<Item>>, 
         .ok_or_else(|| format!("key {} is not a node id (an integer)", key_text(&key)))?;
         let items = match items {
             Value::List(items) | Value::Tuple(items) => items.into_iter().map(Item::from_value).collect(),
-            other => return Err(format!("node {node}: expected a list of annotations, found {}", other.py_str())),
+            other => {
+                return Err(format!("node {node}: expected a list of annotations, found {}", other.py_str()))
+            }
         };
         nodes.insert(node, items);
     }
@@ -117,7 +125,12 @@ fn stacks(value: Value) -> Result<HashMap<NodeId, Vec<String>>, String> {
                     other => Err(format!("stacks: node {node}: a frame is {}, not a string", other.py_str())),
                 })
                 .collect::<Result<Vec<String>, String>>()?,
-            other => return Err(format!("stacks: node {node}: expected a list of frames, found {}", other.py_str())),
+            other => {
+                return Err(format!(
+                    "stacks: node {node}: expected a list of frames, found {}",
+                    other.py_str()
+                ))
+            }
         };
         out.insert(node, frames);
     }
@@ -137,7 +150,10 @@ fn graphs(value: Value) -> Result<BTreeMap<u32, Vec<GraphNode>>, String> {
     };
     let mut out = BTreeMap::new();
     for (key, graph) in entries {
-        let exec_id: u32 = key.as_str().and_then(|s| s.parse().ok()).ok_or_else(|| format!("graph key {} is not a graph id", key_text(&key)))?;
+        let exec_id: u32 = key
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| format!("graph key {} is not a graph id", key_text(&key)))?;
         let bad = |what: &str| format!("graph {exec_id}: {what}");
         let Value::Dict(fields) = graph else {
             return Err(bad("expected an object with \"names\" and \"nodes\""));
@@ -147,7 +163,10 @@ fn graphs(value: Value) -> Result<BTreeMap<u32, Vec<GraphNode>>, String> {
         for (k, v) in fields {
             match (k.as_str(), v) {
                 (Some("names"), Value::List(list)) => {
-                    names = list.into_iter().map(|n| n.as_str().map(str::to_string).ok_or_else(|| bad("a name is not a string"))).collect::<Result<_, _>>()?
+                    names = list
+                        .into_iter()
+                        .map(|n| n.as_str().map(str::to_string).ok_or_else(|| bad("a name is not a string")))
+                        .collect::<Result<_, _>>()?
                 }
                 (Some("nodes"), Value::List(list)) => nodes = list,
                 (Some("names" | "nodes"), _) => return Err(bad("\"names\" and \"nodes\" must be lists")),
@@ -157,7 +176,10 @@ fn graphs(value: Value) -> Result<BTreeMap<u32, Vec<GraphNode>>, String> {
         let base = (exec_id as i64) << 32;
         let decoded = nodes
             .into_iter()
-            .map(|node| decode_node(node, base, &names).ok_or_else(|| bad("a node is not [local_id, kind, name_index, deps, grid, block]")))
+            .map(|node| {
+                decode_node(node, base, &names)
+                    .ok_or_else(|| bad("a node is not [local_id, kind, name_index, deps, grid, block]"))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         out.insert(exec_id, decoded);
     }
@@ -279,7 +301,8 @@ fn graph_json(exec_id: u32, nodes: &[GraphNode]) -> Result<String, String> {
                 names.len() - 1
             }) as i64,
         };
-        let deps = node.deps.iter().map(|&d| local(d).map(|l| l.to_string())).collect::<Result<Vec<_>, _>>()?;
+        let deps =
+            node.deps.iter().map(|&d| local(d).map(|l| l.to_string())).collect::<Result<Vec<_>, _>>()?;
         rows.push(format!(
             "[{}, {}, {}, [{}], {}, {}]",
             local(node.id)?,
@@ -300,13 +323,40 @@ mod tests {
 
     fn sample() -> Annotations {
         let mut a = Annotations::default();
-        a.nodes.insert((2 << 32) | 1, vec![Item::Dict(vec![("name".into(), Value::Str("mlp".into()))]), Item::Other(Value::Str("outer".into()))]);
+        a.nodes.insert(
+            (2 << 32) | 1,
+            vec![
+                Item::Dict(vec![("name".into(), Value::Str("mlp".into()))]),
+                Item::Other(Value::Str("outer".into())),
+            ],
+        );
         a.graphs.insert(
             2,
             vec![
-                GraphNode { id: 2 << 32, kind: NodeKind::Kernel, name: Some("_Z1kPf".into()), deps: vec![], grid: Some([4, 1, 1]), block: Some([128, 1, 1]) },
-                GraphNode { id: (2 << 32) | 1, kind: NodeKind::Memset, name: None, deps: vec![2 << 32], grid: None, block: None },
-                GraphNode { id: (2 << 32) | 2, kind: NodeKind::Kernel, name: Some("_Z1kPf".into()), deps: vec![2 << 32], grid: Some([4, 1, 1]), block: Some([128, 1, 1]) },
+                GraphNode {
+                    id: 2 << 32,
+                    kind: NodeKind::Kernel,
+                    name: Some("_Z1kPf".into()),
+                    deps: vec![],
+                    grid: Some([4, 1, 1]),
+                    block: Some([128, 1, 1]),
+                },
+                GraphNode {
+                    id: (2 << 32) | 1,
+                    kind: NodeKind::Memset,
+                    name: None,
+                    deps: vec![2 << 32],
+                    grid: None,
+                    block: None,
+                },
+                GraphNode {
+                    id: (2 << 32) | 2,
+                    kind: NodeKind::Kernel,
+                    name: Some("_Z1kPf".into()),
+                    deps: vec![2 << 32],
+                    grid: Some([4, 1, 1]),
+                    block: Some([128, 1, 1]),
+                },
             ],
         );
         a
@@ -326,12 +376,19 @@ mod tests {
             assert!(message.ends_with("a.ann: not an annotation file: expected a JSON object of node id -> annotations, or a pickle"), "{message}");
         }
         // {5: ['x']} in pickle protocols 0 and 1, and a protocol 0 defaultdict
-        let pickles: [&[u8]; 3] = [b"(dp0\nI5\n(lp1\nVx\np2\nas.", b"}q\x00K\x05]q\x01X\x01\x00\x00\x00xq\x02as.", b"ccollections\ndefaultdict\np0\n(c__builtin__\nlist\np1\ntp2\nRp3\nI5\n(lp4\nVx\np5\nas."];
+        let pickles: [&[u8]; 3] = [
+            b"(dp0\nI5\n(lp1\nVx\np2\nas.",
+            b"}q\x00K\x05]q\x01X\x01\x00\x00\x00xq\x02as.",
+            b"ccollections\ndefaultdict\np0\n(c__builtin__\nlist\np1\ntp2\nRp3\nI5\n(lp4\nVx\np5\nas.",
+        ];
         for bytes in pickles {
             let a = read_bytes(bytes).unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(a.nodes.len(), 1, "{bytes:?}");
         }
-        assert!(!read_bytes(b"\x80\x04K\x05.").unwrap_err().contains("not an annotation file"), "a real pickle keeps its own error");
+        assert!(
+            !read_bytes(b"\x80\x04K\x05.").unwrap_err().contains("not an annotation file"),
+            "a real pickle keeps its own error"
+        );
     }
 
     #[test]
@@ -353,9 +410,11 @@ mod tests {
         let b = read_bytes(text.as_bytes()).unwrap();
         assert_eq!(b.stacks, a.stacks);
         assert!(!to_json(&sample()).unwrap().contains("stacks"));
-        let bad = br#"{"format": "cgfast-annotations", "version": 1, "annotations": {}, "stacks": {"x": []}}"#;
+        let bad =
+            br#"{"format": "cgfast-annotations", "version": 1, "annotations": {}, "stacks": {"x": []}}"#;
         assert!(read_bytes(bad).unwrap_err().contains("stacks: key"));
-        let bad = br#"{"format": "cgfast-annotations", "version": 1, "annotations": {}, "stacks": {"1": [3]}}"#;
+        let bad =
+            br#"{"format": "cgfast-annotations", "version": 1, "annotations": {}, "stacks": {"1": [3]}}"#;
         assert!(read_bytes(bad).unwrap_err().contains("not a string"));
     }
 

@@ -48,7 +48,9 @@ impl Item {
 
     pub fn to_value(&self) -> Value {
         match self {
-            Item::Dict(entries) => Value::Dict(entries.iter().map(|(k, v)| (Value::Str(k.clone()), v.clone())).collect()),
+            Item::Dict(entries) => {
+                Value::Dict(entries.iter().map(|(k, v)| (Value::Str(k.clone()), v.clone())).collect())
+            }
             Item::Other(v) => v.clone(),
         }
     }
@@ -75,7 +77,10 @@ pub fn resolve(node: NodeId, items: &[Item]) -> Result<Resolved, AnnotationError
                     resolved.writes.push((key.clone(), value.py_str()));
                     if key == "stream" {
                         let stream = value.py_int().and_then(|s| i64::try_from(s).ok()).ok_or_else(|| {
-                            AnnotationError(format!("node {node}: \"stream\" is {}, not an integer", value.py_str()))
+                            AnnotationError(format!(
+                                "node {node}: \"stream\" is {}, not an integer",
+                                value.py_str()
+                            ))
                         })?;
                         resolved.stream = Some(stream);
                     }
@@ -160,7 +165,10 @@ pub const LAUNCH_STACK_KEY: &str = "launch_stack";
 impl Annotations {
     /// The annotations of the nodes in `used`, resolved; other nodes' are not looked at
     /// (like the reference, which converts only what events use).
-    pub fn resolve_used(&self, used: impl IntoIterator<Item = NodeId>) -> Result<HashMap<NodeId, Resolved>, AnnotationError> {
+    pub fn resolve_used(
+        &self,
+        used: impl IntoIterator<Item = NodeId>,
+    ) -> Result<HashMap<NodeId, Resolved>, AnnotationError> {
         let mut out = HashMap::default();
         for node in used {
             if out.contains_key(&node) {
@@ -213,7 +221,10 @@ mod tests {
         let r = resolve(1, &items).unwrap();
         assert_eq!(r.stream, Some(61));
         let writes: Vec<(&str, &str)> = r.writes.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        assert_eq!(writes, [("name", "inner"), ("stream", "61"), ("annotation", "label"), ("layer", "3"), ("w", "0.5")]);
+        assert_eq!(
+            writes,
+            [("name", "inner"), ("stream", "61"), ("annotation", "label"), ("layer", "3"), ("w", "0.5")]
+        );
     }
 
     #[test]
@@ -225,7 +236,14 @@ mod tests {
         a.stacks.insert(7, vec!["model.py:99:forward".into()]); // no annotation: nothing
         let r = a.resolve_used([5, 6, 7]).unwrap();
         let writes: Vec<(&str, &str)> = r[&5].writes.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        assert_eq!(writes, [("module", "layer1"), ("launch", "model.py:10:forward"), ("launch_stack", "model.py:10:forward\ntrain.py:3:step")]);
+        assert_eq!(
+            writes,
+            [
+                ("module", "layer1"),
+                ("launch", "model.py:10:forward"),
+                ("launch_stack", "model.py:10:forward\ntrain.py:3:step")
+            ]
+        );
         assert_eq!(r[&6].writes.len(), 1);
         assert!(!r.contains_key(&7));
         let keys: Vec<&str> = a.write_keys().collect();

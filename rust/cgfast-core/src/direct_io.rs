@@ -119,7 +119,13 @@ impl DirectFile {
             WriteMode::Direct if set_direct(&file, true).is_err() => WriteMode::Buffered,
             mode => mode,
         };
-        DirectFile { file, mode, judged: (0, std::time::Duration::ZERO), judged_over: JUDGED_OVER, limit: SLOWER_THAN_A_DEVICE }
+        DirectFile {
+            file,
+            mode,
+            judged: (0, std::time::Duration::ZERO),
+            judged_over: JUDGED_OVER,
+            limit: SLOWER_THAN_A_DEVICE,
+        }
     }
 
     pub fn is_direct(&self) -> bool {
@@ -170,7 +176,11 @@ impl DirectFile {
             if self.judged.0 >= self.judged_over {
                 let megabytes = self.judged.0 as f64 / (1 << 20) as f64;
                 if self.judged.1.as_secs_f64() > self.limit.as_secs_f64() * megabytes {
-                    self.mode = if set_direct(&self.file, true).is_ok() { WriteMode::Direct } else { WriteMode::Buffered };
+                    self.mode = if set_direct(&self.file, true).is_ok() {
+                        WriteMode::Direct
+                    } else {
+                        WriteMode::Buffered
+                    };
                 }
                 self.judged = (0, std::time::Duration::ZERO);
             }
@@ -227,7 +237,12 @@ fn set_direct(_file: &File, on: bool) -> io::Result<()> {
 mod tests {
     use super::*;
 
-    fn write_blocks(dir: &std::path::Path, mode: WriteMode, data: &[u8], block_size: usize) -> (Vec<u8>, bool) {
+    fn write_blocks(
+        dir: &std::path::Path,
+        mode: WriteMode,
+        data: &[u8],
+        block_size: usize,
+    ) -> (Vec<u8>, bool) {
         let path = dir.join(format!("out-{mode:?}-{block_size}"));
         let mut out = DirectFile::new(File::create(&path).unwrap(), mode);
         let started_direct = out.is_direct();

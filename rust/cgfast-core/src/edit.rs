@@ -50,7 +50,13 @@ fn members(c: &mut Cursor<'_>, out: &mut Vec<Member>) -> Scan<usize> {
 }
 
 /// Where each write lands: on an existing member (by index), or appended.
-fn plan<'a>(event: &[u8], existing: &[Member], writes: &[Set<'a>], replaced: &mut Vec<(usize, &'a str)>, appended: &mut Vec<Set<'a>>) {
+fn plan<'a>(
+    event: &[u8],
+    existing: &[Member],
+    writes: &[Set<'a>],
+    replaced: &mut Vec<(usize, &'a str)>,
+    appended: &mut Vec<Set<'a>>,
+) {
     for w in writes {
         if let Some(i) = existing.iter().rposition(|m| str_is(event, m.key, w.key)) {
             match replaced.iter_mut().find(|(j, _)| *j == i) {
@@ -81,8 +87,17 @@ fn push_members(out: &mut Vec<u8>, members: &[Set<'_>], first: bool) {
 /// members for `args`, rendered (`"k": v, ...`), that go after those `edits.args`
 /// appends: the caller keeps their keys out of `edits.args`, and the writes that
 /// would follow them in dict order too. Allocates nothing.
-pub fn splice(event: &[u8], places: &Places, edits: &EventEdits<'_>, args_run: &str, out: &mut Vec<u8>) -> bool {
-    if !places.exact || event.last() != Some(&b'}') || ((!edits.args.is_empty() || !args_run.is_empty()) && places.args_close == u16::MAX) {
+pub fn splice(
+    event: &[u8],
+    places: &Places,
+    edits: &EventEdits<'_>,
+    args_run: &str,
+    out: &mut Vec<u8>,
+) -> bool {
+    if !places.exact
+        || event.last() != Some(&b'}')
+        || ((!edits.args.is_empty() || !args_run.is_empty()) && places.args_close == u16::MAX)
+    {
         return false;
     }
     let in_place = |key: &str| match key {
@@ -160,7 +175,11 @@ pub fn splice(event: &[u8], places: &Places, edits: &EventEdits<'_>, args_run: &
 /// The writes whose key was not written before, in order (dict semantics: the first
 /// write of a key fixes its position, the last its value).
 fn distinct<'e, 'a>(writes: &'e [Set<'a>]) -> impl Iterator<Item = &'e Set<'a>> {
-    writes.iter().enumerate().filter(move |(i, w)| !writes[..*i].iter().any(|e| e.key == w.key)).map(|(_, w)| w)
+    writes
+        .iter()
+        .enumerate()
+        .filter(move |(i, w)| !writes[..*i].iter().any(|e| e.key == w.key))
+        .map(|(_, w)| w)
 }
 
 /// The value the last write of `key` gives it.
@@ -211,7 +230,11 @@ impl Editor {
             }
         }
         if let Some(text) = &new_args {
-            top_appended.push(Set { key: "args", quoted_key: "\"args\"", value: std::str::from_utf8(text).expect("JSON text") });
+            top_appended.push(Set {
+                key: "args",
+                quoted_key: "\"args\"",
+                value: std::str::from_utf8(text).expect("JSON text"),
+            });
         }
 
         // Splices in byte order: (start, end, what).
@@ -260,7 +283,9 @@ pub fn drop_arg(event: &[u8], key: &str, out: &mut Vec<u8>) -> bool {
     if members(&mut c, &mut top).is_err() {
         return false;
     }
-    let Some(m) = top.iter().rposition(|m| str_is(event, m.key, "args")).map(|i| top[i]) else { return false };
+    let Some(m) = top.iter().rposition(|m| str_is(event, m.key, "args")).map(|i| top[i]) else {
+        return false;
+    };
     if event[m.value.0] != b'{' {
         return false;
     }
@@ -289,7 +314,11 @@ mod tests {
         Box::leak(crate::json::quote(k).into_boxed_str())
     }
 
-    fn edit(event: &str, top: &[(&'static str, &'static str)], args: &[(&'static str, &'static str)]) -> String {
+    fn edit(
+        event: &str,
+        top: &[(&'static str, &'static str)],
+        args: &[(&'static str, &'static str)],
+    ) -> String {
         let set = |&(k, v): &(&'static str, &'static str)| Set { key: k, quoted_key: quoted(k), value: v };
         let edits = EventEdits { top: top.iter().map(set).collect(), args: args.iter().map(set).collect() };
         let mut out = Vec::new();
@@ -301,7 +330,11 @@ mod tests {
     fn replaces_in_place_and_appends_new_keys() {
         let e = r#"{"ph": "X", "tid": 7, "ts": 1.5, "args": {"stream": 7, "graph node id": 5}}"#;
         assert_eq!(
-            edit(e, &[("tid", "60"), ("ts", "2.0")], &[("name", "\"mlp\""), ("stream", "\"60\""), ("stream", "60")]),
+            edit(
+                e,
+                &[("tid", "60"), ("ts", "2.0")],
+                &[("name", "\"mlp\""), ("stream", "\"60\""), ("stream", "60")]
+            ),
             r#"{"ph": "X", "tid": 60, "ts": 2.0, "args": {"stream": 60, "graph node id": 5, "name": "mlp"}}"#
         );
     }
@@ -348,9 +381,18 @@ mod tests {
             let mut out = Vec::new();
             drop_arg(e.as_bytes(), "cgfast", &mut out).then(|| String::from_utf8(out).unwrap())
         };
-        assert_eq!(dropped(r#"{"a": 1, "args": {"x": 1, "cgfast": "ambiguous replay", "y": 2}}"#).unwrap(), r#"{"a": 1, "args": {"x": 1, "y": 2}}"#);
-        assert_eq!(dropped(r#"{"args": {"x": 1, "cgfast": "unmatched replay"}, "b": 2}"#).unwrap(), r#"{"args": {"x": 1}, "b": 2}"#);
-        assert_eq!(dropped(r#"{"args": {"cgfast": "ambiguous replay", "y": 2}}"#).unwrap(), r#"{"args": {"y": 2}}"#);
+        assert_eq!(
+            dropped(r#"{"a": 1, "args": {"x": 1, "cgfast": "ambiguous replay", "y": 2}}"#).unwrap(),
+            r#"{"a": 1, "args": {"x": 1, "y": 2}}"#
+        );
+        assert_eq!(
+            dropped(r#"{"args": {"x": 1, "cgfast": "unmatched replay"}, "b": 2}"#).unwrap(),
+            r#"{"args": {"x": 1}, "b": 2}"#
+        );
+        assert_eq!(
+            dropped(r#"{"args": {"cgfast": "ambiguous replay", "y": 2}}"#).unwrap(),
+            r#"{"args": {"y": 2}}"#
+        );
         assert_eq!(dropped(r#"{"args": { "cgfast" : 1 }}"#).unwrap(), r#"{"args": {  }}"#);
         assert_eq!(dropped(r#"{"args": {"x": 1}}"#), None);
         assert_eq!(dropped(r#"{"args": 3}"#), None);

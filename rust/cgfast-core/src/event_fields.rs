@@ -2,7 +2,9 @@
 //! reader ([`read`]), which takes any JSON and reports every error, or first by a fast
 //! path ([`read_fast`]) for events shaped as profilers write them.
 
-use crate::json::{after_ws, number_end, plain_string_end, small_int_array_end, text_of, Cursor, Scalar, Scan, StrSpan};
+use crate::json::{
+    after_ws, number_end, plain_string_end, small_int_array_end, text_of, Cursor, Scalar, Scan, StrSpan,
+};
 
 /// Keys that annotations may write into `args`. An event whose `args` already has one
 /// is edited through a full parse in pass two; every other edit splices at the places
@@ -91,7 +93,8 @@ pub(crate) struct Raw {
 impl Raw {
     /// An `args` member begins: what an earlier one gave is forgotten.
     fn start_args(&mut self) {
-        (self.gni, self.correlation, self.args_name, self.args_stream, self.grid, self.block) = (None, None, None, None, None, None);
+        (self.gni, self.correlation, self.args_name, self.args_stream, self.grid, self.block) =
+            (None, None, None, None, None, None);
         (self.args_cgfast, self.graph_id) = (None, None);
         (self.stream_at, self.node_at, self.args_conflict) = (None, None, false);
         (self.args_object, self.args_close) = (false, None);
@@ -396,10 +399,16 @@ mod tests {
 
     /// The events of a bundled example trace, as the bytes the profiler wrote.
     fn example_events(name: &str) -> Vec<Vec<u8>> {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(name).join("000000.h200.pt.trace.json.gz");
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../examples")
+            .join(name)
+            .join("000000.h200.pt.trace.json.gz");
         let mut json = Vec::new();
-        flate2::read::MultiGzDecoder::new(std::fs::File::open(&path).expect("bundled example")).read_to_end(&mut json).unwrap();
-        let open = memchr::memmem::find(&json, b"\"traceEvents\"").expect("traceEvents") + json[..].len().min(13);
+        flate2::read::MultiGzDecoder::new(std::fs::File::open(&path).expect("bundled example"))
+            .read_to_end(&mut json)
+            .unwrap();
+        let open =
+            memchr::memmem::find(&json, b"\"traceEvents\"").expect("traceEvents") + json[..].len().min(13);
         let mut c = Cursor::new(&json, open + memchr::memchr(b'[', &json[open..]).unwrap() + 1);
         let mut events = Vec::new();
         while c.peek().unwrap() != b']' {
@@ -478,7 +487,11 @@ mod tests {
     #[test]
     fn the_fast_path_reads_what_the_general_reader_reads() {
         let keys = WriteKeys::new(["name", "module", "annotation", "layer", "stream"]);
-        let mut corpus: Vec<Vec<u8>> = ["h200-compiled-transformer", "h200-compiled-training", "h200-eager-two-stream"].iter().flat_map(|name| example_events(name)).collect();
+        let mut corpus: Vec<Vec<u8>> =
+            ["h200-compiled-transformer", "h200-compiled-training", "h200-eager-two-stream"]
+                .iter()
+                .flat_map(|name| example_events(name))
+                .collect();
         let from_examples = corpus.len();
         corpus.extend(std::iter::once(KERNEL).chain(ODD.iter().copied()).map(|t| t.as_bytes().to_vec()));
         let mut taken = 0;
@@ -498,13 +511,21 @@ mod tests {
                     if n < from_examples && k == 0 {
                         taken += 1;
                     }
-                    let general = general.unwrap_or_else(|e| panic!("the fast path took what the general reader refuses ({e:?}): {}", String::from_utf8_lossy(text)));
+                    let general = general.unwrap_or_else(|e| {
+                        panic!(
+                            "the fast path took what the general reader refuses ({e:?}): {}",
+                            String::from_utf8_lossy(text)
+                        )
+                    });
                     assert_eq!(fast, general, "{}", String::from_utf8_lossy(text));
                 }
             }
         }
         // the test means something only where the fast path takes most real events
-        assert!(taken * 100 >= from_examples * 95, "the fast path took {taken} of {from_examples} example events");
+        assert!(
+            taken * 100 >= from_examples * 95,
+            "the fast path took {taken} of {from_examples} example events"
+        );
         assert!(cases > 50_000, "{cases}");
     }
 

@@ -24,7 +24,11 @@ enum State {
 /// [`ScanError::Incomplete`] and is called again on the same element with more input,
 /// so it must change nothing before the element is fully read.
 /// `progress(file_bytes_read, file_len)` is called per chunk. Returns the element count.
-pub fn for_each_event(path: &Path, progress: &mut dyn FnMut(u64, u64), visit: &mut dyn FnMut(&mut Cursor<'_>) -> Scan<()>) -> Result<u64, ScanFailure> {
+pub fn for_each_event(
+    path: &Path,
+    progress: &mut dyn FnMut(u64, u64),
+    visit: &mut dyn FnMut(&mut Cursor<'_>) -> Scan<()>,
+) -> Result<u64, ScanFailure> {
     let mut window = Window::open(path)?;
     let mut pos = 0usize;
     let mut eof = false;
@@ -42,14 +46,21 @@ pub fn for_each_event(path: &Path, progress: &mut dyn FnMut(u64, u64), visit: &m
         };
         match stopped {
             ScanError::Syntax { at, expected } => {
-                return Err(ScanFailure::Invalid(format!("not a valid trace: expected {expected}"), Some(base + at as u64)));
+                return Err(ScanFailure::Invalid(
+                    format!("not a valid trace: expected {expected}"),
+                    Some(base + at as u64),
+                ));
             }
             ScanError::Incomplete if eof => {
                 if state == State::End {
                     break;
                 }
                 let at = window.end();
-                let what = if at == 0 { "the file is empty" } else { "the trace is truncated (unexpected end of input)" };
+                let what = if at == 0 {
+                    "the file is empty"
+                } else {
+                    "the trace is truncated (unexpected end of input)"
+                };
                 return Err(ScanFailure::Invalid(what.into(), Some(at)));
             }
             ScanError::Incomplete => {
@@ -70,7 +81,13 @@ pub fn for_each_event(path: &Path, progress: &mut dyn FnMut(u64, u64), visit: &m
 
 /// One step of the grammar around the events; always ends in an error at the end of
 /// the window (`Incomplete`) or of the file.
-fn step(c: &mut Cursor<'_>, state: &mut State, saw_events: &mut bool, elements: &mut u64, visit: &mut dyn FnMut(&mut Cursor<'_>) -> Scan<()>) -> Scan<()> {
+fn step(
+    c: &mut Cursor<'_>,
+    state: &mut State,
+    saw_events: &mut bool,
+    elements: &mut u64,
+    visit: &mut dyn FnMut(&mut Cursor<'_>) -> Scan<()>,
+) -> Scan<()> {
     match *state {
         State::Start => {
             c.expect(b'{', "a JSON object (a trace starts with '{')")?;
@@ -137,7 +154,10 @@ fn step(c: &mut Cursor<'_>, state: &mut State, saw_events: &mut bool, elements: 
         },
         State::End => {
             c.peek()?;
-            return Err(ScanError::Syntax { at: c.pos, expected: "the end of the file after the trace object" });
+            return Err(ScanError::Syntax {
+                at: c.pos,
+                expected: "the end of the file after the trace object",
+            });
         }
     }
     Ok(())
@@ -158,7 +178,9 @@ fn describe_io(e: &std::io::Error) -> String {
         std::io::ErrorKind::NotFound => "no such file".into(),
         std::io::ErrorKind::PermissionDenied => "permission denied".into(),
         std::io::ErrorKind::UnexpectedEof => "the gzip data is truncated".into(),
-        std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData => format!("corrupt or unreadable data ({e})"),
+        std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData => {
+            format!("corrupt or unreadable data ({e})")
+        }
         _ => e.to_string(),
     }
 }
@@ -201,7 +223,9 @@ mod tests {
         assert!(names("").unwrap_err().ends_with("the file is empty at byte 0"));
         assert!(names(r#"{"traceEvents": [1, 2"#).unwrap_err().contains("truncated"));
         assert!(names(r#"{"other": 1}"#).unwrap_err().ends_with("the trace has no traceEvents"));
-        assert!(names(r#"{"traceEvents": [1 2]}"#).unwrap_err().contains("expected ',' or ']' between events at byte 19"));
+        assert!(names(r#"{"traceEvents": [1 2]}"#)
+            .unwrap_err()
+            .contains("expected ',' or ']' between events at byte 19"));
         assert!(names(r#"{"traceEvents": {}}"#).unwrap_err().contains("a list for traceEvents"));
         assert!(names(r#"{"traceEvents": []} x"#).unwrap_err().contains("the end of the file"));
     }

@@ -25,7 +25,9 @@ impl Wanted {
     pub fn matches(self, name: &str) -> bool {
         let annotated = name.contains(".annotated.");
         match self {
-            Wanted::Traces => !annotated && (name.ends_with(".trace.json") || name.ends_with(".trace.json.gz")),
+            Wanted::Traces => {
+                !annotated && (name.ends_with(".trace.json") || name.ends_with(".trace.json.gz"))
+            }
             Wanted::Annotated => annotated && (name.ends_with(".json") || name.ends_with(".json.gz")),
         }
     }
@@ -139,7 +141,10 @@ mod tests {
         assert_eq!(find(&[PathBuf::from(&gz)], Wanted::Annotated).unwrap(), vec![out.clone(), a.clone()]);
         // Files as given, each once, missing ones kept for the reader to report.
         let missing = r.join("missing.json");
-        assert_eq!(find(&[out.clone(), missing.clone(), out.clone()], Wanted::Traces).unwrap(), vec![out, missing]);
+        assert_eq!(
+            find(&[out.clone(), missing.clone(), out.clone()], Wanted::Traces).unwrap(),
+            vec![out, missing]
+        );
     }
 
     #[test]

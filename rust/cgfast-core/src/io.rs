@@ -87,7 +87,11 @@ impl Ahead {
     }
 }
 
-fn read_ahead(mut source: impl Read, full: SyncSender<io::Result<(Vec<u8>, usize)>>, spent: Receiver<Vec<u8>>) {
+fn read_ahead(
+    mut source: impl Read,
+    full: SyncSender<io::Result<(Vec<u8>, usize)>>,
+    spent: Receiver<Vec<u8>>,
+) {
     loop {
         let mut chunk = spent.try_recv().unwrap_or_else(|_| vec![0u8; HEADROOM + AHEAD_CHUNK]);
         let sent = match read_full(&mut source, &mut chunk[HEADROOM..]) {
@@ -135,7 +139,6 @@ impl Chunks {
     fn file_position(&self) -> u64 {
         self.read.load(Ordering::Relaxed)
     }
-
 }
 
 /// A sliding view of the decompressed input: `bytes()` starts at input offset `base`.
@@ -231,7 +234,8 @@ impl Window {
                 Ok(Ok((mut chunk, n))) => {
                     let held = self.filled;
                     if held <= HEADROOM {
-                        chunk[HEADROOM - held..HEADROOM].copy_from_slice(&self.data[self.start..self.start + held]);
+                        chunk[HEADROOM - held..HEADROOM]
+                            .copy_from_slice(&self.data[self.start..self.start + held]);
                         let spent = std::mem::replace(&mut self.data, chunk);
                         if spent.len() == HEADROOM + AHEAD_CHUNK {
                             let _ = ahead.spent.try_send(spent);
@@ -318,7 +322,11 @@ impl AtomicFile {
         }
         if existing.as_ref().is_some_and(|m| !m.is_file()) {
             let special = std::fs::OpenOptions::new().write(true).open(target)?;
-            return Ok(AtomicFile { output: Output::InPlace(special), target: target.to_path_buf(), reserved: false });
+            return Ok(AtomicFile {
+                output: Output::InPlace(special),
+                target: target.to_path_buf(),
+                reserved: false,
+            });
         }
         let dir = match target.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -396,7 +404,16 @@ fn exchange(a: &Path, b: &Path) -> io::Result<()> {
     let (a, b) = (CString::new(a.as_os_str().as_bytes())?, CString::new(b.as_os_str().as_bytes())?);
     // the system call, not glibc's wrapper, which older glibc lacks
     // SAFETY: both are NUL-terminated paths that live across the call.
-    let done = unsafe { libc::syscall(libc::SYS_renameat2, libc::AT_FDCWD, a.as_ptr(), libc::AT_FDCWD, b.as_ptr(), libc::RENAME_EXCHANGE) };
+    let done = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
     if done == 0 {
         Ok(())
     } else {
@@ -421,7 +438,10 @@ mod atomic_file_tests {
         assert!(!out.is_regular());
         out.file().write_all(b"{}").unwrap();
         out.commit().unwrap();
-        assert!(std::fs::metadata(null).unwrap().file_type().is_char_device(), "/dev/null is still the device");
+        assert!(
+            std::fs::metadata(null).unwrap().file_type().is_char_device(),
+            "/dev/null is still the device"
+        );
     }
 
     #[test]
@@ -436,7 +456,11 @@ mod atomic_file_tests {
         out.commit().unwrap();
         let meta = std::fs::metadata(&target).unwrap();
         assert_eq!(meta.len(), 100_000);
-        assert!(meta.blocks() * 512 < 1 << 20, "{} bytes allocated (reserved: {reserved})", meta.blocks() * 512);
+        assert!(
+            meta.blocks() * 512 < 1 << 20,
+            "{} bytes allocated (reserved: {reserved})",
+            meta.blocks() * 512
+        );
         assert!(reserved == 0 || reserved >= 8 << 20, "room was reserved where the file system could");
 
         // more room than any disk has: the reservation fails and the output is whole
@@ -525,7 +549,12 @@ impl BackgroundWriter {
             }
             file.flush()
         });
-        BackgroundWriter { pending: direct_io::Block::new(WRITE_BLOCK), full: Some(full_tx), empty: empty_rx, writer: Some(writer) }
+        BackgroundWriter {
+            pending: direct_io::Block::new(WRITE_BLOCK),
+            full: Some(full_tx),
+            empty: empty_rx,
+            writer: Some(writer),
+        }
     }
 
     fn send(&mut self) -> io::Result<()> {
@@ -641,7 +670,13 @@ impl ParallelGz {
             .collect();
         drop(done_tx);
         let writer = std::thread::spawn(move || write_member(file, done_rx));
-        ParallelGz { pending: Vec::with_capacity(GZ_BLOCK), seq: 0, jobs: Some(job_tx), workers, writer: Some(writer) }
+        ParallelGz {
+            pending: Vec::with_capacity(GZ_BLOCK),
+            seq: 0,
+            jobs: Some(job_tx),
+            workers,
+            writer: Some(writer),
+        }
     }
 
     fn send(&mut self, last: bool) -> io::Result<()> {

@@ -27,10 +27,16 @@ pub enum Scalar {
     Null,
     Bool(bool),
     /// A number token (also `NaN`, `Infinity`, `-Infinity`).
-    Number { start: usize, end: usize },
+    Number {
+        start: usize,
+        end: usize,
+    },
     Str(StrSpan),
     /// An object or an array, skipped.
-    Container { start: usize, end: usize },
+    Container {
+        start: usize,
+        end: usize,
+    },
 }
 
 pub struct Cursor<'a> {
@@ -73,7 +79,8 @@ fn special_byte_sse2(buf: &[u8], mut at: usize) -> (usize, Option<usize>) {
         while at + 16 <= buf.len() {
             let v = _mm_loadu_si128(buf.as_ptr().add(at) as *const __m128i);
             let control = _mm_cmpeq_epi8(_mm_max_epu8(v, control_max), control_max);
-            let hits = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)), control);
+            let hits =
+                _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)), control);
             let mask = _mm_movemask_epi8(hits) as u32;
             if mask != 0 {
                 return (at, Some(at + mask.trailing_zeros() as usize));
@@ -587,7 +594,10 @@ fn unescape(raw: &[u8]) -> String {
                 };
                 i += 4;
                 let mut code = hi;
-                if (0xd800..0xdc00).contains(&hi) && raw.get(i) == Some(&b'\\') && raw.get(i + 1) == Some(&b'u') {
+                if (0xd800..0xdc00).contains(&hi)
+                    && raw.get(i) == Some(&b'\\')
+                    && raw.get(i + 1) == Some(&b'u')
+                {
                     if let Some(lo) = unit(i + 2).filter(|lo| (0xdc00..0xe000).contains(lo)) {
                         code = 0x10000 + ((hi - 0xd800) << 10) + (lo - 0xdc00);
                         i += 6;
@@ -637,7 +647,15 @@ mod tests {
 
     #[test]
     fn skips_valid_values() {
-        for v in [r#"{"a": [1, 2.5e-3, "x\"y", {"b": null}], "c": true}"#, "[]", "{}", "[-0.5]", "[NaN, 0]", "[-Infinity]", r#""\u00e9""#] {
+        for v in [
+            r#"{"a": [1, 2.5e-3, "x\"y", {"b": null}], "c": true}"#,
+            "[]",
+            "{}",
+            "[-0.5]",
+            "[NaN, 0]",
+            "[-Infinity]",
+            r#""\u00e9""#,
+        ] {
             assert_eq!(skip(v), Ok(v.len()), "{v}");
         }
     }
@@ -651,7 +669,13 @@ mod tests {
         assert!(matches!(skip("01"), Ok(1)));
         assert!(matches!(skip("{\"a\":tru}"), Err(ScanError::Syntax { .. })));
         assert!(matches!(skip(r#""\q""#), Err(ScanError::Syntax { .. })));
-        assert_eq!(skip("\"ab\x01c\""), Err(ScanError::Syntax { at: 3, expected: "no control character in a string (JSON requires escaping it)" }));
+        assert_eq!(
+            skip("\"ab\x01c\""),
+            Err(ScanError::Syntax {
+                at: 3,
+                expected: "no control character in a string (JSON requires escaping it)"
+            })
+        );
         let long = format!("\"{}\x1f\"", "x".repeat(200));
         assert!(matches!(skip(&long), Err(ScanError::Syntax { at: 201, .. })));
         assert_eq!(skip("\"tab\\t ok\""), Ok(10));

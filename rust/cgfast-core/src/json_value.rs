@@ -148,7 +148,13 @@ mod tests {
     #[test]
     fn last_duplicate_key_wins_in_first_position() {
         let v = parse(br#"{"a": 1, "b": 2, "a": 3}"#).unwrap();
-        assert_eq!(v, Value::Dict(vec![(Value::Str("a".into()), Value::Int(3)), (Value::Str("b".into()), Value::Int(2))]));
+        assert_eq!(
+            v,
+            Value::Dict(vec![
+                (Value::Str("a".into()), Value::Int(3)),
+                (Value::Str("b".into()), Value::Int(2))
+            ])
+        );
     }
 
     #[test]

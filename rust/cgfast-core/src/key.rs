@@ -1,8 +1,8 @@
 //! Numbers and lane keys with Python's semantics: `7 == 7.0 == True` as dict keys,
 //! `int + float` is a float, and comparisons are exact.
 
-use std::cmp::Ordering;
 use rustc_hash::FxHashMap as HashMap;
+use std::cmp::Ordering;
 
 use crate::value::py_float_repr;
 
@@ -25,14 +25,18 @@ impl Num {
 
     pub fn add(self, other: Num) -> Num {
         match (self, other) {
-            (Num::Int(a), Num::Int(b)) => a.checked_add(b).map(Num::Int).unwrap_or(Num::Float(a as f64 + b as f64)),
+            (Num::Int(a), Num::Int(b)) => {
+                a.checked_add(b).map(Num::Int).unwrap_or(Num::Float(a as f64 + b as f64))
+            }
             (a, b) => Num::Float(a.as_f64() + b.as_f64()),
         }
     }
 
     pub fn sub(self, other: Num) -> Num {
         match (self, other) {
-            (Num::Int(a), Num::Int(b)) => a.checked_sub(b).map(Num::Int).unwrap_or(Num::Float(a as f64 - b as f64)),
+            (Num::Int(a), Num::Int(b)) => {
+                a.checked_sub(b).map(Num::Int).unwrap_or(Num::Float(a as f64 - b as f64))
+            }
             (a, b) => Num::Float(a.as_f64() - b.as_f64()),
         }
     }
@@ -56,7 +60,13 @@ impl Num {
         match self {
             Num::Int(i) => i.to_string(),
             Num::Float(f) if f.is_nan() => "NaN".into(),
-            Num::Float(f) if f.is_infinite() => if f > 0.0 { "Infinity".into() } else { "-Infinity".into() },
+            Num::Float(f) if f.is_infinite() => {
+                if f > 0.0 {
+                    "Infinity".into()
+                } else {
+                    "-Infinity".into()
+                }
+            }
             Num::Float(f) => py_float_repr(f),
         }
     }
@@ -75,7 +85,9 @@ impl Num {
             _ => {}
         }
         if token.iter().any(|b| matches!(b, b'.' | b'e' | b'E')) {
-            parse_decimal(token).or_else(|| std::str::from_utf8(token).ok()?.parse::<f64>().ok()).map(Num::Float)
+            parse_decimal(token)
+                .or_else(|| std::str::from_utf8(token).ok()?.parse::<f64>().ok())
+                .map(Num::Float)
         } else {
             parse_int(token).map(Num::Int)
         }
@@ -88,7 +100,10 @@ impl Num {
 /// `parse_decimal`.
 #[inline]
 fn parse_short(token: &[u8]) -> Option<Num> {
-    const POW10: [f64; 19] = [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18];
+    const POW10: [f64; 19] = [
+        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17,
+        1e18,
+    ];
     let (negative, body) = match token.first()? {
         b'-' => (true, &token[1..]),
         _ => (false, token),
@@ -119,7 +134,10 @@ fn parse_short(token: &[u8]) -> Option<Num> {
 /// integer divided by an exact power of ten is correctly rounded (the fast path of
 /// Clinger's algorithm).
 fn parse_decimal(token: &[u8]) -> Option<f64> {
-    const POW10: [f64; 19] = [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18];
+    const POW10: [f64; 19] = [
+        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17,
+        1e18,
+    ];
     let (negative, body) = match token.first()? {
         b'-' => (true, &token[1..]),
         _ => (false, token),
@@ -425,7 +443,17 @@ mod tests {
     #[test]
     fn small_integer_keys_get_the_ids_of_all_keys() {
         let mut keys = Keys::default();
-        let order = [Key::Int(7), Key::Int(0), Key::Int(-1), Key::Int(1023), Key::Int(1024), Key::Float(7f64.to_bits()), Key::None, Key::Int(7), Key::Int(1 << 40)];
+        let order = [
+            Key::Int(7),
+            Key::Int(0),
+            Key::Int(-1),
+            Key::Int(1023),
+            Key::Int(1024),
+            Key::Float(7f64.to_bits()),
+            Key::None,
+            Key::Int(7),
+            Key::Int(1 << 40),
+        ];
         let ids: Vec<KeyId> = order.iter().map(|&k| keys.id(k)).collect();
         assert_eq!(ids, [0, 1, 2, 3, 4, 5, 6, 0, 7]);
         for (&k, &id) in order.iter().zip(&ids) {
@@ -446,7 +474,18 @@ mod tests {
         assert_eq!(Num::parse(b"5.0"), Some(Num::Float(5.0)));
         assert_eq!(Num::parse(b"1e3"), Some(Num::Float(1000.0)));
         assert_eq!(Num::Float(2.5).to_json(), "2.5");
-        for text in ["5361804758596.525", "5361804758548.770", "0.1", "-2.75", "123456789012.345", "1.000000000000001", "0.30000000000000004", "9007199254.740993", "9007199254.740992", "0.000000000000000001"] {
+        for text in [
+            "5361804758596.525",
+            "5361804758548.770",
+            "0.1",
+            "-2.75",
+            "123456789012.345",
+            "1.000000000000001",
+            "0.30000000000000004",
+            "9007199254.740993",
+            "9007199254.740992",
+            "0.000000000000000001",
+        ] {
             assert_eq!(Num::parse(text.as_bytes()), Some(Num::Float(text.parse().unwrap())), "{text}");
         }
     }

@@ -7,7 +7,10 @@
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::key::{Key, KeyId, Num};
-use crate::passes::{float_order, is_lane_candidate, is_plain_start, sort_by_start, Fix, Fixed, LaneWalk, LargeOverlap, OddEvents, Refusal, Refused, Timed, TIMED_LANES};
+use crate::passes::{
+    float_order, is_lane_candidate, is_plain_start, sort_by_start, Fix, Fixed, LaneWalk, LargeOverlap,
+    OddEvents, Refusal, Refused, Timed, TIMED_LANES,
+};
 use crate::trace::{Field, Ph, TraceIndex};
 
 /// Which of the lane passes to run, and how.
@@ -119,15 +122,28 @@ impl LanePlan {
                     timed.push(t);
                 }
                 None => {
-                    let why = if e.ts_field() == Field::Missing { Refusal::NoTs } else { Refusal::TsNotANumber };
+                    let why =
+                        if e.ts_field() == Field::Missing { Refusal::NoTs } else { Refusal::TsNotANumber };
                     unstarted.push((i as u32, lane, e.cat == crate::trace::Cat::Kernel, why));
                 }
             }
         }
-        let default_lane = passes.overlap.and_then(|(default, _)| index.keys.find(Key::Int(default)).and_then(|k| table.ids.get(&k).copied()));
-        let overlap_lane = passes.overlap.and_then(|(_, overlap)| table.lane(index.keys.find(Key::Int(overlap))));
+        let default_lane = passes.overlap.and_then(|(default, _)| {
+            index.keys.find(Key::Int(default)).and_then(|k| table.ids.get(&k).copied())
+        });
+        let overlap_lane =
+            passes.overlap.and_then(|(_, overlap)| table.lane(index.keys.find(Key::Int(overlap))));
         too_many_lanes |= passes.overlap.is_some() && overlap_lane.is_none();
-        LanePlan { timed, unstarted, lanes: table.keys, default_lane, overlap_lane, passes, holds_metadata, too_many_lanes }
+        LanePlan {
+            timed,
+            unstarted,
+            lanes: table.keys,
+            default_lane,
+            overlap_lane,
+            passes,
+            holds_metadata,
+            too_many_lanes,
+        }
     }
 
     /// Whether the plan may be decided before the annotate pass removes noise and
@@ -155,13 +171,23 @@ impl LanePlan {
             Some(limit) => self.fix_timestamps(plain, limit),
             None => Default::default(),
         };
-        LaneDecisions { lanes: self.lanes, overlap_lane: self.overlap_lane, passes: self.passes, moved, new_starts, large, fix_refused }
+        LaneDecisions {
+            lanes: self.lanes,
+            overlap_lane: self.overlap_lane,
+            passes: self.passes,
+            moved,
+            new_starts,
+            large,
+            fix_refused,
+        }
     }
 
     /// `_move_overlapping_to_stream`: the kernels of the default lane that start before
     /// the one before them ended take the overlap lane.
     fn move_overlapping(&mut self, plain: bool) -> Result<Vec<u32>, Refused> {
-        let (Some(default), Some(overlap_lane)) = (self.default_lane, self.overlap_lane) else { return Ok(Vec::new()) };
+        let (Some(default), Some(overlap_lane)) = (self.default_lane, self.overlap_lane) else {
+            return Ok(Vec::new());
+        };
         let on_default = self.unstarted.iter().filter(|u| u.2 && u.1 == default).map(|u| (u.0, u.3));
         if let Some(refused) = first_refusal(on_default) {
             return Err(refused);
@@ -178,7 +204,8 @@ impl LanePlan {
                 }
             }
         } else {
-            let mut order: Vec<u32> = (0..timed.len() as u32).filter(|&k| on_default(&timed[k as usize])).collect();
+            let mut order: Vec<u32> =
+                (0..timed.len() as u32).filter(|&k| on_default(&timed[k as usize])).collect();
             sort_by_start(&mut order, |&k| timed[k as usize].ts(), |&k| timed[k as usize].event as usize);
             for k in order {
                 if walk.overlaps(&timed[k as usize])? {
@@ -200,13 +227,18 @@ impl LanePlan {
     /// event that starts at most `limit` before the work before it ended moves to that
     /// end. The new starts, the large overlaps in the reference's order, or a refusal.
     #[allow(clippy::type_complexity)]
-    fn fix_timestamps(&mut self, plain: bool, limit: f64) -> (Vec<(u32, Num)>, Vec<(u32, u32, f64)>, Option<Refused>) {
+    fn fix_timestamps(
+        &mut self,
+        plain: bool,
+        limit: f64,
+    ) -> (Vec<(u32, Num)>, Vec<(u32, u32, f64)>, Option<Refused>) {
         let lanes = self.lanes.len();
         let mut first_event = vec![u32::MAX; lanes];
         let mut refused: Vec<Option<Refused>> = vec![None; lanes];
         if !self.unstarted.is_empty() {
             for (lane, slot) in refused.iter_mut().enumerate() {
-                *slot = first_refusal(self.unstarted.iter().filter(|u| u.1 as usize == lane).map(|u| (u.0, u.3)));
+                *slot =
+                    first_refusal(self.unstarted.iter().filter(|u| u.1 as usize == lane).map(|u| (u.0, u.3)));
             }
             for u in &self.unstarted {
                 first_event[u.1 as usize] = first_event[u.1 as usize].min(u.0);
@@ -238,7 +270,10 @@ impl LanePlan {
         }
         // the reference walks lanes in order of their first event and stops at the first
         // it fails on
-        let first_refused = (0..lanes).filter_map(|l| refused[l].map(|r| (first_event[l], r))).min_by_key(|&(first, _)| first).map(|(_, r)| r);
+        let first_refused = (0..lanes)
+            .filter_map(|l| refused[l].map(|r| (first_event[l], r)))
+            .min_by_key(|&(first, _)| first)
+            .map(|(_, r)| r);
         if first_refused.is_some() {
             return (Vec::new(), Vec::new(), first_refused);
         }
@@ -253,7 +288,9 @@ impl LaneDecisions {
         let mut lanes = self.lanes;
         // as the reference's pass makes it: the overlap lane's key exists wherever the
         // default stream has one and the pass ran (and only there can a kernel move)
-        if let (Some((default, overlap)), Some(lane), Ok(_)) = (self.passes.overlap, self.overlap_lane, &self.moved) {
+        if let (Some((default, overlap)), Some(lane), Ok(_)) =
+            (self.passes.overlap, self.overlap_lane, &self.moved)
+        {
             if index.keys.find(Key::Int(default)).is_some() {
                 lanes[lane as usize] = Some(index.keys.id(Key::Int(overlap)));
             }
@@ -273,7 +310,15 @@ impl LaneDecisions {
                 for &(i, ts) in &self.new_starts {
                     index.events[i as usize].set_ts(ts);
                 }
-                let large = self.large.iter().map(|&(lane, event, overlap_us)| LargeOverlap { event: event as usize, tid: lane_key(lane), overlap_us }).collect();
+                let large = self
+                    .large
+                    .iter()
+                    .map(|&(lane, event, overlap_us)| LargeOverlap {
+                        event: event as usize,
+                        tid: lane_key(lane),
+                        overlap_us,
+                    })
+                    .collect();
                 Ok(Fixed { fixed: self.new_starts.len() as u64, large })
             }
         };
@@ -305,11 +350,13 @@ mod tests {
         let count = 1 + next(60);
         (0..count)
             .map(|_| {
-                let cat = ["kernel", "kernel", "kernel", "gpu_memcpy", "gpu_memset", "cpu_op"][next(6) as usize];
+                let cat =
+                    ["kernel", "kernel", "kernel", "gpu_memcpy", "gpu_memset", "cpu_op"][next(6) as usize];
                 let tid = [7, 7, 7, 8, 20][next(5) as usize];
                 let ts = next(40) as f64 + [0.0, 0.0, 0.25, 0.5][next(4) as usize];
                 let dur = next(6) as f64 + [0.0, 0.3, 0.75][next(3) as usize];
-                let node = [Some(1 + next(5) as i64), Some(1 + next(5) as i64), Some(0), None][next(4) as usize];
+                let node =
+                    [Some(1 + next(5) as i64), Some(1 + next(5) as i64), Some(0), None][next(4) as usize];
                 ev(cat, tid, ts, dur, node)
             })
             .collect()
@@ -323,11 +370,24 @@ mod tests {
     /// and float times: (lane and start of each event, moved, fixed, large overlaps as
     /// (position, lane, overlap)).
     #[allow(clippy::type_complexity)]
-    fn reference(idx: &TraceIndex, default: i64, overlap: i64, limit: f64) -> (Vec<(i64, f64)>, u64, u64, Vec<(usize, i64, f64)>) {
-        let mut state: Vec<(i64, f64)> = idx.events.iter().map(|e| (idx.keys.key(e.current_tid()).as_int().unwrap(), e.current_ts().unwrap().as_f64())).collect();
+    fn reference(
+        idx: &TraceIndex,
+        default: i64,
+        overlap: i64,
+        limit: f64,
+    ) -> (Vec<(i64, f64)>, u64, u64, Vec<(usize, i64, f64)>) {
+        let mut state: Vec<(i64, f64)> = idx
+            .events
+            .iter()
+            .map(|e| (idx.keys.key(e.current_tid()).as_int().unwrap(), e.current_ts().unwrap().as_f64()))
+            .collect();
         let graphed_work = |i: usize| idx.events[i].cat.is_work() && idx.events[i].current_node().graphed();
         let dur = |i: usize| idx.events[i].dur().as_f64();
-        let mut kernels: Vec<usize> = (0..state.len()).filter(|&i| graphed_work(i) && idx.events[i].cat == crate::trace::Cat::Kernel && state[i].0 == default).collect();
+        let mut kernels: Vec<usize> = (0..state.len())
+            .filter(|&i| {
+                graphed_work(i) && idx.events[i].cat == crate::trace::Cat::Kernel && state[i].0 == default
+            })
+            .collect();
         kernels.sort_by(|&a, &b| state[a].1.partial_cmp(&state[b].1).unwrap());
         let (mut prev_end, mut moved) = (0.0, 0);
         for i in kernels {
@@ -371,23 +431,44 @@ mod tests {
         let mut large_seen = 0;
         for seed in 0..400 {
             let events = random_events(seed);
-            for (default_stream, overlap_stream, limit) in [(7, 8, 1.0), (7, 99, 0.5), (5, 8, 1.0), (7, 7, 2.0)] {
+            for (default_stream, overlap_stream, limit) in
+                [(7, 8, 1.0), (7, 99, 0.5), (5, 8, 1.0), (7, 7, 2.0)]
+            {
                 let (mut one_plan, mut each_pass) = (index(&events), index(&events));
                 for idx in [&mut one_plan, &mut each_pass] {
                     passes::relane(idx, &asked, default_stream, FlowLink::Follow);
                 }
-                let (expected, moved, fixed, large) = reference(&one_plan, default_stream, overlap_stream, limit);
-                let both = LanePasses { overlap: Some((default_stream, overlap_stream)), max_adjust_us: Some(limit), odd: OddEvents::Skip };
+                let (expected, moved, fixed, large) =
+                    reference(&one_plan, default_stream, overlap_stream, limit);
+                let both = LanePasses {
+                    overlap: Some((default_stream, overlap_stream)),
+                    max_adjust_us: Some(limit),
+                    odd: OddEvents::Skip,
+                };
                 let done = run(&mut one_plan, both);
-                let each = (passes::move_overlapping(&mut each_pass, default_stream, overlap_stream), passes::fix_timestamps(&mut each_pass, limit));
+                let each = (
+                    passes::move_overlapping(&mut each_pass, default_stream, overlap_stream),
+                    passes::fix_timestamps(&mut each_pass, limit),
+                );
                 let done = (done.moved.unwrap(), done.fixed.unwrap());
                 assert_eq!(done, each, "seed {seed}: one plan decides as the passes one after the other");
                 assert_eq!(outcome(&one_plan), outcome(&each_pass), "seed {seed}");
                 assert_eq!(one_plan.keys.count(), each_pass.keys.count(), "the same keys made");
-                let lanes_and_starts: Vec<(i64, f64)> = outcome(&one_plan).iter().map(|(k, ts)| (k.as_int().unwrap(), ts.unwrap().as_f64())).collect();
-                assert_eq!(lanes_and_starts, expected, "seed {seed}, streams {default_stream}/{overlap_stream}");
+                let lanes_and_starts: Vec<(i64, f64)> = outcome(&one_plan)
+                    .iter()
+                    .map(|(k, ts)| (k.as_int().unwrap(), ts.unwrap().as_f64()))
+                    .collect();
+                assert_eq!(
+                    lanes_and_starts, expected,
+                    "seed {seed}, streams {default_stream}/{overlap_stream}"
+                );
                 assert_eq!((done.0, done.1.fixed), (moved, fixed));
-                let got_large: Vec<(usize, i64, f64)> = done.1.large.iter().map(|l| (l.event, one_plan.keys.key(l.tid).as_int().unwrap(), l.overlap_us)).collect();
+                let got_large: Vec<(usize, i64, f64)> = done
+                    .1
+                    .large
+                    .iter()
+                    .map(|l| (l.event, one_plan.keys.key(l.tid).as_int().unwrap(), l.overlap_us))
+                    .collect();
                 assert_eq!(got_large, large, "seed {seed}");
                 large_seen += large.len();
             }
@@ -399,9 +480,18 @@ mod tests {
     fn starts_that_are_no_plain_numbers_sort_per_walk() {
         // NaN sorts as Python's comparisons leave it, per lane: the plan sorts each walk
         // on its own instead of all at once
-        let events = [ev("kernel", 7, f64::NAN, 1.0, Some(1)), ev("kernel", 7, 2.0, 1.0, Some(2)), ev("kernel", 7, 2.5, 1.0, Some(3)), ev("kernel", 8, 0.0, 9.0, Some(4)), ev("kernel", 8, 3.0, 1.0, Some(5))];
+        let events = [
+            ev("kernel", 7, f64::NAN, 1.0, Some(1)),
+            ev("kernel", 7, 2.0, 1.0, Some(2)),
+            ev("kernel", 7, 2.5, 1.0, Some(3)),
+            ev("kernel", 8, 0.0, 9.0, Some(4)),
+            ev("kernel", 8, 3.0, 1.0, Some(5)),
+        ];
         let mut idx = index(&events);
-        let plan = LanePlan::gather(&idx, LanePasses { overlap: Some((7, 8)), max_adjust_us: Some(1.0), odd: OddEvents::Skip });
+        let plan = LanePlan::gather(
+            &idx,
+            LanePasses { overlap: Some((7, 8)), max_adjust_us: Some(1.0), odd: OddEvents::Skip },
+        );
         assert!(!plan.holds_metadata());
         let done = plan.decide().apply(&mut idx);
         assert_eq!(done.moved, Ok(1), "2.5 starts before 2.0 + 1.0 ends");

@@ -40,7 +40,13 @@ pub fn threads(jobs: usize) -> usize {
 /// results in item order. `done(i, &result)` runs on the calling thread as each
 /// item finishes, `tick()` at least every 100 ms in between. A panic in `work` is
 /// caught and becomes that item's `Err`, so one bad item does not stop the others.
-pub fn map<T, R, W>(items: &[T], jobs: usize, work: W, done: &mut dyn FnMut(usize, &Result<R, String>), tick: &mut dyn FnMut()) -> Vec<Result<R, String>>
+pub fn map<T, R, W>(
+    items: &[T],
+    jobs: usize,
+    work: W,
+    done: &mut dyn FnMut(usize, &Result<R, String>),
+    tick: &mut dyn FnMut(),
+) -> Vec<Result<R, String>>
 where
     T: Sync,
     R: Send,
@@ -57,8 +63,9 @@ where
             scope.spawn(move || loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(item) = items.get(i) else { return };
-                let result = catch_unwind(AssertUnwindSafe(|| work(i, item)))
-                    .map_err(|_| "internal error (a bug: please report it with the input that caused it)".to_string());
+                let result = catch_unwind(AssertUnwindSafe(|| work(i, item))).map_err(|_| {
+                    "internal error (a bug: please report it with the input that caused it)".to_string()
+                });
                 if tx.send((i, result)).is_err() {
                     return;
                 }

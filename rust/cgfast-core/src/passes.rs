@@ -5,8 +5,8 @@
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use crate::annotations::Resolved;
-use crate::lane_plan::{self, LanePasses};
 use crate::key::{Key, KeyId, Num, Spelling};
+use crate::lane_plan::{self, LanePasses};
 use crate::trace::{pack, unpack, Cat, Kept, Node, NodeId, Ph, TraceIndex, Tracked, NONE};
 
 /// Which flow-finish events follow a graphed event when it changes lanes.
@@ -88,7 +88,8 @@ fn place_slot(place: &Place, by_time: bool) -> u64 {
 
 impl FlowsByPlace {
     fn new(index: &TraceIndex) -> FlowsByPlace {
-        Self::build(index, true).unwrap_or_else(|| Self::build(index, false).expect("a hashed table takes any trace"))
+        Self::build(index, true)
+            .unwrap_or_else(|| Self::build(index, false).expect("a hashed table takes any trace"))
     }
 
     /// The table, or `None` when laid out by time and more than one flow in eight
@@ -123,7 +124,10 @@ impl FlowsByPlace {
 
     /// The first flow of the chain that holds the flows at `place`.
     fn first(&self, place: &Place) -> Option<u32> {
-        self.first_at.get((place_slot(place, self.by_time) & self.mask) as usize).copied().filter(|&f| f != NONE)
+        self.first_at
+            .get((place_slot(place, self.by_time) & self.mask) as usize)
+            .copied()
+            .filter(|&f| f != NONE)
     }
 
     /// The flows at `place`.
@@ -145,7 +149,12 @@ impl FlowsByPlace {
 
 /// `annotate_trace`: annotate and re-lane graphed events, drop replicated noise, tidy
 /// the lane metadata.
-pub fn annotate(index: &mut TraceIndex, annotations: &impl Lookup, default_stream: i64, link: FlowLink) -> Annotated {
+pub fn annotate(
+    index: &mut TraceIndex,
+    annotations: &impl Lookup,
+    default_stream: i64,
+    link: FlowLink,
+) -> Annotated {
     let annotated = relane(index, annotations, default_stream, link);
     let visits = FlowVisits::find(index, link);
     after_relane(index, link, annotated, visits)
@@ -159,7 +168,13 @@ pub fn relane(index: &mut TraceIndex, annotations: &impl Lookup, default_stream:
 
 /// [`relane`], or with `moves` false only the counting and marking: every event keeps
 /// the lane it ran on (`--lanes none`).
-pub fn relane_with(index: &mut TraceIndex, annotations: &impl Lookup, default_stream: i64, link: FlowLink, moves: bool) -> u64 {
+pub fn relane_with(
+    index: &mut TraceIndex,
+    annotations: &impl Lookup,
+    default_stream: i64,
+    link: FlowLink,
+    moves: bool,
+) -> u64 {
     let mut annotated = 0;
     let mut lanes: HashMap<i64, KeyId> = HashMap::default();
     for i in 0..index.events.len() {
@@ -201,7 +216,8 @@ impl FlowVisits {
             if !relanes(e, link) && !claims_flows(e, link) {
                 continue;
             }
-            if let Some(first) = place_of(index, e.tid, Kept::Event(i)).and_then(|place| flows.first(&place)) {
+            if let Some(first) = place_of(index, e.tid, Kept::Event(i)).and_then(|place| flows.first(&place))
+            {
                 visits.push((i as u32, first));
             }
         }
@@ -220,7 +236,8 @@ pub fn after_relane(index: &mut TraceIndex, link: FlowLink, annotated: u64, visi
     for e in index.events.iter().filter(|e| e.cat.is_work()) {
         work_lanes.insert(e.current_tid());
     }
-    let is_noise_kind = |e: &Tracked| e.cat == Cat::UserAnnotation || (e.cat == Cat::Ac2g && e.ph == Ph::FlowFinish);
+    let is_noise_kind =
+        |e: &Tracked| e.cat == Cat::UserAnnotation || (e.cat == Cat::Ac2g && e.ph == Ph::FlowFinish);
     for e in index.events.iter_mut().filter(|e| is_noise_kind(e)) {
         if !work_lanes.contains(e.current_tid()) {
             e.remove();
@@ -241,7 +258,9 @@ pub fn after_relane(index: &mut TraceIndex, link: FlowLink, annotated: u64, visi
     for f in index.flows.iter().filter(|f| !f.removed()) {
         used.insert(f.current_tid());
     }
-    if let Some((i, e)) = index.events.iter().enumerate().find(|(_, e)| !e.removed() && e.stream_thread_name()) {
+    if let Some((i, e)) =
+        index.events.iter().enumerate().find(|(_, e)| !e.removed() && e.stream_thread_name())
+    {
         out.gpu_pid = if e.pid == NONE { Key::Int(0) } else { index.keys.key(e.pid) };
         out.gpu_pid_spelling = e.pid_spelling();
         out.gpu_pid_event = Some(i);
@@ -321,13 +340,15 @@ impl LaneSet {
 
 /// Lanes in `lanes` that no surviving `thread_name` names, sorted.
 fn unnamed_lanes(index: &TraceIndex, lanes: &LaneSet) -> Vec<(KeyId, Spelling)> {
-    let named: HashSet<KeyId> = index.events.iter().filter(|e| e.thread_name() && !e.removed()).map(|e| e.current_tid()).collect();
+    let named: HashSet<KeyId> =
+        index.events.iter().filter(|e| e.thread_name() && !e.removed()).map(|e| e.current_tid()).collect();
     let mut missing: Vec<KeyId> = lanes.iter().filter(|t| !named.contains(t)).collect();
     missing.sort_by(|a, b| index.keys.sort_cmp(index.keys.key(*a), index.keys.key(*b)));
     missing
         .into_iter()
         .map(|lane| {
-            let first = index.events.iter().find(|e| e.cat.is_work() && !e.removed() && e.current_tid() == lane);
+            let first =
+                index.events.iter().find(|e| e.cat.is_work() && !e.removed() && e.current_tid() == lane);
             (lane, first.map_or(Spelling::Plain, |e| e.current_tid_spelling()))
         })
         .collect()
@@ -393,7 +414,12 @@ impl Timed {
         let ((ts, ts_int), (dur, dur_int)) = (pack(ts), pack(e.dur()));
         let odd = flag(e.dur_is_odd(), TIMED_DUR_ODD);
         let kernel = flag(e.cat == Cat::Kernel, TIMED_KERNEL);
-        Timed { ts, dur, event: event as u32, lane_flags: flag(ts_int, TIMED_TS_INT) | flag(dur_int, TIMED_DUR_INT) | odd | kernel }
+        Timed {
+            ts,
+            dur,
+            event: event as u32,
+            lane_flags: flag(ts_int, TIMED_TS_INT) | flag(dur_int, TIMED_DUR_INT) | odd | kernel,
+        }
     }
 
     fn flags(&self) -> u32 {
@@ -525,8 +551,17 @@ pub fn move_overlapping(index: &mut TraceIndex, default_stream: i64, overlap_str
 
 /// `_move_overlapping_to_stream`: graphed kernels on `default_stream` that start
 /// before the previous one ended go to `overlap_stream` (see [`crate::lane_plan`]).
-pub fn move_overlapping_or_refuse(index: &mut TraceIndex, default_stream: i64, overlap_stream: i64, odd: OddEvents) -> Result<u64, Refused> {
-    lane_plan::run(index, LanePasses { overlap: Some((default_stream, overlap_stream)), max_adjust_us: None, odd }).moved
+pub fn move_overlapping_or_refuse(
+    index: &mut TraceIndex,
+    default_stream: i64,
+    overlap_stream: i64,
+    odd: OddEvents,
+) -> Result<u64, Refused> {
+    lane_plan::run(
+        index,
+        LanePasses { overlap: Some((default_stream, overlap_stream)), max_adjust_us: None, odd },
+    )
+    .moved
 }
 
 /// An overlap too large to be timestamp jitter, left as it is.
@@ -552,7 +587,11 @@ pub fn fix_timestamps(index: &mut TraceIndex, max_adjust_us: f64) -> Fixed {
 /// `_fix_overlapping_timestamps`: per lane, a graphed work event that starts at most
 /// `max_adjust_us` before the previous one ends is moved to that end (see
 /// [`crate::lane_plan`]).
-pub fn fix_timestamps_or_refuse(index: &mut TraceIndex, max_adjust_us: f64, odd: OddEvents) -> Result<Fixed, Refused> {
+pub fn fix_timestamps_or_refuse(
+    index: &mut TraceIndex,
+    max_adjust_us: f64,
+    odd: OddEvents,
+) -> Result<Fixed, Refused> {
     lane_plan::run(index, LanePasses { overlap: None, max_adjust_us: Some(max_adjust_us), odd }).fixed
 }
 
@@ -564,7 +603,8 @@ pub fn settle(index: &mut TraceIndex, annotated: &mut Annotated) {
         work.insert(e.current_tid());
     }
     let already: HashSet<KeyId> = annotated.named_lanes.iter().map(|(lane, _)| *lane).collect();
-    let extra: Vec<(KeyId, Spelling)> = unnamed_lanes(index, &work).into_iter().filter(|(t, _)| !already.contains(t)).collect();
+    let extra: Vec<(KeyId, Spelling)> =
+        unnamed_lanes(index, &work).into_iter().filter(|(t, _)| !already.contains(t)).collect();
     annotated.named_lanes.extend(extra);
 }
 
@@ -585,7 +625,8 @@ mod flow_table_tests {
     #[test]
     fn spread_places_are_laid_out_by_time_and_crowded_ones_hashed() {
         // microseconds apart: by time
-        let spread: Vec<(i64, f64)> = (0..1000).map(|i| (7 + i % 2, 1000.5 + 3.0 * i as f64)).chain([(7, 1000.5)]).collect();
+        let spread: Vec<(i64, f64)> =
+            (0..1000).map(|i| (7 + i % 2, 1000.5 + 3.0 * i as f64)).chain([(7, 1000.5)]).collect();
         let index = index_of(&spread);
         let table = FlowsByPlace::new(&index);
         assert!(table.by_time);
@@ -618,7 +659,16 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn ev(cat: &'static str, tid: i64, ts: f64, dur: f64, node: Option<i64>) -> Ev {
-        Ev { cat, ph: if cat == "ac2g" { "f" } else { "X" }, tid, ts, dur, node, name: None, stream_name: false }
+        Ev {
+            cat,
+            ph: if cat == "ac2g" { "f" } else { "X" },
+            tid,
+            ts,
+            dur,
+            node,
+            name: None,
+            stream_name: false,
+        }
     }
 
     fn meta(tid: i64, stream_name: bool) -> Ev {
@@ -639,7 +689,9 @@ pub(crate) mod tests {
                 ts: Field::Value(Num::Float(e.ts)),
                 dur: Field::Value(Num::Float(e.dur)),
                 args: Field::Value(()),
-                node: e.node.map_or(Node::Missing, |n| if n == 0 { Node::Zero } else { Node::Id(n as NodeId) }),
+                node: e
+                    .node
+                    .map_or(Node::Missing, |n| if n == 0 { Node::Zero } else { Node::Id(n as NodeId) }),
                 args_stream: None,
                 args_name_is_stream: e.stream_name,
                 scope_span: false,
@@ -662,7 +714,12 @@ pub(crate) mod tests {
 
     #[test]
     fn annotate_relanes_graphed_events_and_their_flows() {
-        let mut idx = index(&[ev("kernel", 7, 10.0, 5.0, Some(1)), ev("ac2g", 7, 10.0, 0.0, None), ev("kernel", 7, 20.0, 5.0, Some(2)), ev("kernel", 9, 30.0, 1.0, Some(0))]);
+        let mut idx = index(&[
+            ev("kernel", 7, 10.0, 5.0, Some(1)),
+            ev("ac2g", 7, 10.0, 0.0, None),
+            ev("kernel", 7, 20.0, 5.0, Some(2)),
+            ev("kernel", 9, 30.0, 1.0, Some(0)),
+        ]);
         let out = annotate(&mut idx, &annotations(&[(1, Some(60))]), 7, FlowLink::Follow);
         assert_eq!(out.annotated, 1);
         assert_eq!(lanes(&idx), vec![60, 7, 9]);
@@ -689,19 +746,32 @@ pub(crate) mod tests {
         assert_eq!(out.noise_removed, 3);
         assert!(idx.events[1].removed() && idx.events[2].removed() && idx.flows[0].removed());
         assert_eq!(out.metadata_removed, 2, "both lanes 20 and 7 are left without events");
-        assert_eq!(out.named_lanes.iter().map(|&(t, _)| idx.keys.key(t)).collect::<Vec<_>>(), vec![Key::Int(61)]);
+        assert_eq!(
+            out.named_lanes.iter().map(|&(t, _)| idx.keys.key(t)).collect::<Vec<_>>(),
+            vec![Key::Int(61)]
+        );
     }
 
     #[test]
     fn overlapping_kernels_move_aside() {
-        let mut idx = index(&[ev("kernel", 7, 0.0, 10.0, Some(1)), ev("kernel", 7, 5.0, 2.0, Some(2)), ev("kernel", 7, 10.0, 1.0, Some(3)), ev("gpu_memcpy", 7, 10.5, 1.0, Some(4))]);
+        let mut idx = index(&[
+            ev("kernel", 7, 0.0, 10.0, Some(1)),
+            ev("kernel", 7, 5.0, 2.0, Some(2)),
+            ev("kernel", 7, 10.0, 1.0, Some(3)),
+            ev("gpu_memcpy", 7, 10.5, 1.0, Some(4)),
+        ]);
         assert_eq!(move_overlapping(&mut idx, 7, 8), 1);
         assert_eq!(lanes(&idx), vec![7, 8, 7, 7]);
     }
 
     #[test]
     fn jitter_is_repaired_and_large_overlaps_are_reported() {
-        let mut idx = index(&[ev("kernel", 7, 0.0, 10.0, Some(1)), ev("kernel", 7, 9.5, 2.0, Some(2)), ev("kernel", 7, 9.0, 1.0, Some(3)), ev("kernel", 8, 100.0, 1.0, Some(4))]);
+        let mut idx = index(&[
+            ev("kernel", 7, 0.0, 10.0, Some(1)),
+            ev("kernel", 7, 9.5, 2.0, Some(2)),
+            ev("kernel", 7, 9.0, 1.0, Some(3)),
+            ev("kernel", 8, 100.0, 1.0, Some(4)),
+        ]);
         let fixed = fix_timestamps(&mut idx, 1.0);
         // sorted by ts: 0.0 (end 10), 9.0 -> 10.0 (end 11), 9.5 overlaps by 1.5: too large
         assert_eq!(fixed.fixed, 1);
@@ -713,19 +783,24 @@ pub(crate) mod tests {
 
     #[test]
     fn settle_names_the_overlap_lane() {
-        let mut idx = index(&[ev("kernel", 7, 0.0, 10.0, Some(1)), ev("kernel", 7, 5.0, 2.0, Some(2)), meta(7, true)]);
+        let mut idx =
+            index(&[ev("kernel", 7, 0.0, 10.0, Some(1)), ev("kernel", 7, 5.0, 2.0, Some(2)), meta(7, true)]);
         let mut out = annotate(&mut idx, &annotations(&[]), 7, FlowLink::Follow);
         assert!(out.named_lanes.is_empty());
         move_overlapping(&mut idx, 7, 8);
         settle(&mut idx, &mut out);
-        assert_eq!(out.named_lanes.iter().map(|&(t, _)| idx.keys.key(t)).collect::<Vec<_>>(), vec![Key::Int(8)]);
+        assert_eq!(
+            out.named_lanes.iter().map(|&(t, _)| idx.keys.key(t)).collect::<Vec<_>>(),
+            vec![Key::Int(8)]
+        );
     }
 
     /// Kernels (or, with no node, flows) on lane 7 with integer times.
     fn int_index(events: &[(i64, Field<Num>, Option<i64>)]) -> TraceIndex {
         let mut index = TraceIndex::default();
         for (i, &(ts, dur, node)) in events.iter().enumerate() {
-            let (cat, ph) = if node.is_some() { (Cat::Kernel, Ph::Other) } else { (Cat::Ac2g, Ph::FlowFinish) };
+            let (cat, ph) =
+                if node.is_some() { (Cat::Kernel, Ph::Other) } else { (Cat::Ac2g, Ph::FlowFinish) };
             let observed = Observed {
                 ph,
                 cat,
@@ -758,7 +833,8 @@ pub(crate) mod tests {
 
     #[test]
     fn epoch_nanosecond_times_are_annotated_with_their_flows() {
-        let mut idx = int_index(&[(EPOCH_NS, int(3), Some(1)), (EPOCH_NS, int(0), None), (EPOCH_NS + 1, int(0), None)]);
+        let mut idx =
+            int_index(&[(EPOCH_NS, int(3), Some(1)), (EPOCH_NS, int(0), None), (EPOCH_NS + 1, int(0), None)]);
         let out = annotate(&mut idx, &annotations(&[(1, Some(60))]), 7, FlowLink::AtTidTs);
         assert_eq!(out.annotated, 1);
         assert_eq!(lanes(&idx), vec![60]);
@@ -768,7 +844,8 @@ pub(crate) mod tests {
 
     #[test]
     fn epoch_nanosecond_times_overlap_and_repair_exactly() {
-        let events = [(EPOCH_NS, int(3), Some(1)), (EPOCH_NS + 2, int(2), Some(2)), (EPOCH_NS + 5, int(1), Some(3))];
+        let events =
+            [(EPOCH_NS, int(3), Some(1)), (EPOCH_NS + 2, int(2), Some(2)), (EPOCH_NS + 5, int(1), Some(3))];
         let mut idx = int_index(&events);
         assert_eq!(move_overlapping(&mut idx, 7, 8), 1);
         assert_eq!(lanes(&idx), vec![7, 8, 7]);

@@ -57,7 +57,10 @@ mod tests {
 
     #[test]
     fn output_names_match_the_reference() {
-        assert_eq!(default_output(Path::new("a/t.pt.trace.json.gz")), PathBuf::from("a/t.pt.trace.annotated.json.gz"));
+        assert_eq!(
+            default_output(Path::new("a/t.pt.trace.json.gz")),
+            PathBuf::from("a/t.pt.trace.annotated.json.gz")
+        );
         assert_eq!(default_output(Path::new("t.json")), PathBuf::from("t.annotated.json"));
         assert_eq!(default_output(Path::new("t.gz")), PathBuf::from("t.gz.annotated"));
         assert_eq!(default_output(Path::new("t")), PathBuf::from("t.annotated"));

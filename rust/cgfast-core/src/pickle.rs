@@ -65,7 +65,14 @@ fn big_int(bytes: &[u8]) -> Value {
 }
 
 pub fn load(data: &[u8]) -> Result<Value, String> {
-    let mut m = Machine { data, pos: 0, arena: Vec::new(), stack: Vec::new(), marks: Vec::new(), memo: HashMap::new() };
+    let mut m = Machine {
+        data,
+        pos: 0,
+        arena: Vec::new(),
+        stack: Vec::new(),
+        marks: Vec::new(),
+        memo: HashMap::new(),
+    };
     let top = m.run()?;
     m.materialize(top, 0)
 }
@@ -214,7 +221,9 @@ impl<'a> Machine<'a> {
         match name.as_str() {
             "defaultdict" if arg_items.len() <= 1 && factory_ok(self) => self.push(Obj::Dict(Vec::new())),
             "OrderedDict" if arg_items.is_empty() => self.push(Obj::Dict(Vec::new())),
-            _ => self.err(format!("refusing to call {name}: only defaultdict(list) and OrderedDict() are accepted")),
+            _ => self.err(format!(
+                "refusing to call {name}: only defaultdict(list) and OrderedDict() are accepted"
+            )),
         }
     }
 
@@ -438,7 +447,9 @@ impl<'a> Machine<'a> {
                         0x8f..=0x91 => "sets".to_string(),
                         _ => format!("opcode 0x{other:02x}"),
                     };
-                    return self.err(format!("refusing {what}: only plain dicts, lists, strings and numbers are accepted"));
+                    return self.err(format!(
+                        "refusing {what}: only plain dicts, lists, strings and numbers are accepted"
+                    ));
                 }
             }
         }
@@ -457,7 +468,9 @@ impl<'a> Machine<'a> {
                 // pickle.dumps writes each key of a dict once, so no merging is needed.
                 Value::Dict(entries.iter().map(|&(k, v)| Ok((m(k)?, m(v)?))).collect::<Result<_, String>>()?)
             }
-            Obj::Global(module, name) => return Err(format!("pickle holds a reference to {module}.{name}, not data")),
+            Obj::Global(module, name) => {
+                return Err(format!("pickle holds a reference to {module}.{name}, not data"))
+            }
             Obj::Mark => return Err("pickle leaves a mark on the stack".into()),
         })
     }

@@ -69,7 +69,16 @@ pub const DEFAULT_SPANS: &str = "module";
 
 impl Default for Options {
     fn default() -> Self {
-        Options { default_stream: 7, overlap_stream: 8, max_adjust_us: 1.0, recover: Recover::Auto, gzip_level: 3, spans: Some(DEFAULT_SPANS.into()), topology_only: false, lanes: Lanes::All }
+        Options {
+            default_stream: 7,
+            overlap_stream: 8,
+            max_adjust_us: 1.0,
+            recover: Recover::Auto,
+            gzip_level: 3,
+            spans: Some(DEFAULT_SPANS.into()),
+            topology_only: false,
+            lanes: Lanes::All,
+        }
     }
 }
 
@@ -110,7 +119,15 @@ pub struct Report {
 
 /// An edited event's args: the annotation's writes (`all`, or those spliced in place),
 /// then the lane it was moved from and its replay's marker.
-fn event_args<'b>(args: &mut Vec<Set<'b>>, node: Option<&'b str>, writes: Option<&'b Writes>, all: bool, stream: Option<&'b str>, original: Option<&'b str>, marker: Option<&'static str>) {
+fn event_args<'b>(
+    args: &mut Vec<Set<'b>>,
+    node: Option<&'b str>,
+    writes: Option<&'b Writes>,
+    all: bool,
+    stream: Option<&'b str>,
+    original: Option<&'b str>,
+    marker: Option<&'static str>,
+) {
     args_writes(args, node, writes, all, stream);
     if let Some(lane) = original {
         args.push(Set { key: "original_stream", quoted_key: "\"original_stream\"", value: lane });
@@ -165,20 +182,30 @@ pub fn annotate_file(
     let shown = input.display().to_string();
     std::fs::metadata(input).map_err(|e| fail(format!("{shown}: {}", describe_io(&e))))?;
     // the output's temporary before reading: a bad -o fails at once
-    let mut out_file = AtomicFile::create(output).map_err(|e| fail(format!("{}: cannot write: {}", output.display(), describe_io(&e))))?;
+    let mut out_file = AtomicFile::create(output)
+        .map_err(|e| fail(format!("{}: cannot write: {}", output.display(), describe_io(&e))))?;
     let write_keys = WriteKeys::new(annotations.write_keys());
-    let (mut index, layout) = scan::scan(input, &write_keys, &mut |done, total| progress(Phase::Reading, done, total)).map_err(|e| match e {
-        ScanFailure::Io(err) => fail(format!("{shown}: {}", describe_io(&err))),
-        ScanFailure::Invalid(msg, Some(at)) => fail(format!("{shown}: {msg} at byte {at}")),
-        ScanFailure::Invalid(msg, None) => fail(format!("{shown}: {msg}")),
-    })?;
+    let (mut index, layout) =
+        scan::scan(input, &write_keys, &mut |done, total| progress(Phase::Reading, done, total)).map_err(
+            |e| match e {
+                ScanFailure::Io(err) => fail(format!("{shown}: {}", describe_io(&err))),
+                ScanFailure::Invalid(msg, Some(at)) => fail(format!("{shown}: {msg} at byte {at}")),
+                ScanFailure::Invalid(msg, None) => fail(format!("{shown}: {msg}")),
+            },
+        )?;
 
     let timing = std::env::var_os("CGFAST_TIMING").is_some();
     let mark = |what: &str| {
         if timing {
             let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-            let memory: Vec<&str> = status.lines().filter(|l| l.starts_with("VmHWM") || l.starts_with("VmRSS")).collect();
-            eprintln!("cgfast timing: {what} at {:.3} s, {:.3} s of CPU, {}", started.elapsed().as_secs_f64(), cpu_seconds(), memory.join(" ").split_whitespace().collect::<Vec<_>>().join(" "));
+            let memory: Vec<&str> =
+                status.lines().filter(|l| l.starts_with("VmHWM") || l.starts_with("VmRSS")).collect();
+            eprintln!(
+                "cgfast timing: {what} at {:.3} s, {:.3} s of CPU, {}",
+                started.elapsed().as_secs_f64(),
+                cpu_seconds(),
+                memory.join(" ").split_whitespace().collect::<Vec<_>>().join(" ")
+            );
         }
     };
     mark("scanned");
@@ -223,13 +250,16 @@ pub fn annotate_file(
     };
 
     mark("passes done");
-    let mut lane_names: Vec<String> = annotated.named_lanes.iter().map(|&lane| thread_name_event(&index, &annotated, lane)).collect();
+    let mut lane_names: Vec<String> =
+        annotated.named_lanes.iter().map(|&lane| thread_name_event(&index, &annotated, lane)).collect();
     let mut rewriting = Rewriting {
         index: &index,
         layout: &layout,
         writes: resolved.iter().map(|(&node, r)| (node, node_writes(r, options.lanes))).collect(),
         original_stream: options.lanes == Lanes::All,
-        lane_json: (0..index.keys.count() as KeyId).map(|id| index.keys.to_json(index.keys.key(id))).collect(),
+        lane_json: (0..index.keys.count() as KeyId)
+            .map(|id| index.keys.to_json(index.keys.key(id)))
+            .collect(),
         editor: Editor::default(),
         ts_text: String::new(),
         node_text: String::new(),
@@ -251,14 +281,20 @@ pub fn annotate_file(
     // the spans are found and written out while the rewrite copies the trace
     let (index, resolved) = (&index, &resolved);
     let spans_json = |key: &str| {
-        let value_of = |node: NodeId| resolved.get(&node).and_then(|r| r.writes.iter().rev().find(|(k, _)| k == key)).map(|(_, v)| v.as_str());
+        let value_of = |node: NodeId| {
+            resolved
+                .get(&node)
+                .and_then(|r| r.writes.iter().rev().find(|(k, _)| k == key))
+                .map(|(_, v)| v.as_str())
+        };
         let spans = spans::scope_spans(index, value_of);
         (spans.len() as u64, (!spans.is_empty()).then(|| spans.to_json(index, key)))
     };
     let mut spans_made = None;
     std::thread::scope(|scope| {
         let key = options.spans.as_deref();
-        let mut early = key.filter(|_| crate::io::threads() > 1).map(|key| scope.spawn(move || spans_json(key)));
+        let mut early =
+            key.filter(|_| crate::io::threads() > 1).map(|key| scope.spawn(move || spans_json(key)));
         let mut appended = || {
             let made = match early.take() {
                 Some(job) => Some(job.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))),
@@ -271,9 +307,17 @@ pub fn annotate_file(
             }
             appended
         };
-        rewrite::rewrite(input, &layout, changes(index, &layout), &mut edit, &mut appended, &mut sink, &mut |done, total| progress(Phase::Writing, done, total))
-            .and_then(|_| sink.finish())
-            .map_err(|e| fail(format!("{}: {}", output.display(), describe_io(&e))))
+        rewrite::rewrite(
+            input,
+            &layout,
+            changes(index, &layout),
+            &mut edit,
+            &mut appended,
+            &mut sink,
+            &mut |done, total| progress(Phase::Writing, done, total),
+        )
+        .and_then(|_| sink.finish())
+        .map_err(|e| fail(format!("{}: {}", output.display(), describe_io(&e))))
     })?;
     report.spans = spans_made;
     mark("rewritten");
@@ -288,15 +332,29 @@ pub fn annotate_file(
 /// decide there while it moves flows and removes noise (they read only the lanes it
 /// gave the events before). A plan holding metadata, which that pass may remove, is
 /// gathered again after it.
-fn annotate_and_fix(index: &mut TraceIndex, resolved: &HashMap<NodeId, Resolved>, options: &Options) -> (passes::Annotated, u64, passes::Fixed) {
+fn annotate_and_fix(
+    index: &mut TraceIndex,
+    resolved: &HashMap<NodeId, Resolved>,
+    options: &Options,
+) -> (passes::Annotated, u64, passes::Fixed) {
     let link = FlowLink::Follow;
-    let lane_passes = LanePasses { overlap: Some((options.default_stream, options.overlap_stream)), max_adjust_us: Some(options.max_adjust_us), odd: OddEvents::Skip };
-    let annotated = passes::relane_with(index, resolved, options.default_stream, link, options.lanes != Lanes::None);
+    let lane_passes = LanePasses {
+        overlap: Some((options.default_stream, options.overlap_stream)),
+        max_adjust_us: Some(options.max_adjust_us),
+        odd: OddEvents::Skip,
+    };
+    let annotated =
+        passes::relane_with(index, resolved, options.default_stream, link, options.lanes != Lanes::None);
     let parallel = crate::io::threads() > 1;
     let shared = &*index;
-    let (visits, plan) = both(parallel, || passes::FlowVisits::find(shared, link), || LanePlan::gather(shared, lane_passes));
+    let (visits, plan) =
+        both(parallel, || passes::FlowVisits::find(shared, link), || LanePlan::gather(shared, lane_passes));
     let plan = Some(plan).filter(|plan| !plan.holds_metadata());
-    let (annotated, decided) = both(parallel, || passes::after_relane(index, link, annotated, visits), || plan.map(LanePlan::decide));
+    let (annotated, decided) = both(
+        parallel,
+        || passes::after_relane(index, link, annotated, visits),
+        || plan.map(LanePlan::decide),
+    );
     let decided = decided.unwrap_or_else(|| LanePlan::gather(index, lane_passes).decide());
     let outcome = decided.apply(index);
     // skipped odd events leave nothing to refuse
@@ -345,7 +403,9 @@ fn describe_io(e: &std::io::Error) -> String {
         std::io::ErrorKind::NotFound => "no such file".into(),
         std::io::ErrorKind::PermissionDenied => "permission denied".into(),
         std::io::ErrorKind::UnexpectedEof => "the gzip data is truncated".into(),
-        std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData => format!("corrupt or unreadable data ({e})"),
+        std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData => {
+            format!("corrupt or unreadable data ({e})")
+        }
         _ => e.to_string(),
     }
 }
@@ -365,7 +425,11 @@ fn overlap_details(index: &TraceIndex, large: &[LargeOverlap]) -> Vec<OverlapDet
         .collect()
 }
 
-fn thread_name_event(index: &TraceIndex, annotated: &passes::Annotated, (tid, spelling): (KeyId, Spelling)) -> String {
+fn thread_name_event(
+    index: &TraceIndex,
+    annotated: &passes::Annotated,
+    (tid, spelling): (KeyId, Spelling),
+) -> String {
     let tid = index.keys.key(tid);
     format!(
         "{{\"ph\": \"M\", \"pid\": {}, \"tid\": {}, \"name\": \"thread_name\", \"args\": {{\"name\": {}}}}}",
@@ -391,19 +455,31 @@ fn flow_changed(index: &TraceIndex, f: &Flow) -> bool {
 
 /// The elements to change, in input order: tracked events first numbered, then flows.
 fn changes<'a>(index: &'a TraceIndex, layout: &'a scan::Layout) -> impl Iterator<Item = Change> + 'a {
-    let events = index.events.iter().zip(&layout.event_spans).enumerate().filter(|(_, (e, _))| e.changed()).map(|(i, (e, span))| {
-        let action = if e.removed() { Action::Remove } else { Action::Replace { id: i } };
-        Change { span: *span, ordinal: e.ordinal as u64, action }
-    });
+    let events =
+        index.events.iter().zip(&layout.event_spans).enumerate().filter(|(_, (e, _))| e.changed()).map(
+            |(i, (e, span))| {
+                let action = if e.removed() { Action::Remove } else { Action::Replace { id: i } };
+                Change { span: *span, ordinal: e.ordinal as u64, action }
+            },
+        );
     let n = index.events.len();
-    let flows = index.flows.iter().zip(&layout.flow_spans).enumerate().filter(|(_, (f, _))| flow_changed(index, f)).map(move |(j, (f, span))| {
-        let action = if f.removed() { Action::Remove } else { Action::Replace { id: n + j } };
-        Change { span: *span, ordinal: f.ordinal as u64, action }
-    });
+    let flows = index
+        .flows
+        .iter()
+        .zip(&layout.flow_spans)
+        .enumerate()
+        .filter(|(_, (f, _))| flow_changed(index, f))
+        .map(move |(j, (f, span))| {
+            let action = if f.removed() { Action::Remove } else { Action::Replace { id: n + j } };
+            Change { span: *span, ordinal: f.ordinal as u64, action }
+        });
     merge_by_ordinal(events, flows)
 }
 
-fn merge_by_ordinal(a: impl Iterator<Item = Change>, b: impl Iterator<Item = Change>) -> impl Iterator<Item = Change> {
+fn merge_by_ordinal(
+    a: impl Iterator<Item = Change>,
+    b: impl Iterator<Item = Change>,
+) -> impl Iterator<Item = Change> {
     let mut a = a.peekable();
     let mut b = b.peekable();
     std::iter::from_fn(move || match (a.peek(), b.peek()) {
@@ -440,7 +516,8 @@ struct Rewriting<'a> {
 fn node_writes(r: &Resolved, lanes: Lanes) -> Writes {
     match (lanes, r.stream) {
         (Lanes::None, Some(stream)) => {
-            let kept: Vec<(String, String)> = r.writes.iter().filter(|(k, _)| k != "stream").cloned().collect();
+            let kept: Vec<(String, String)> =
+                r.writes.iter().filter(|(k, _)| k != "stream").cloned().collect();
             Writes::new(&kept).with_raw("annotated_stream", &stream.to_string())
         }
         _ => Writes::new(&r.writes),
@@ -464,7 +541,15 @@ impl Rewriting<'_> {
             let e = &index.events[id];
             marker = e.replay_marker_change();
             let original = (self.original_stream && e.moved_to().is_some()).then_some(e.tid);
-            (e.moved_to(), e.new_ts(), e.new_lane(), e.recovered_node(), e.annotation(), self.layout.event_places[id], original)
+            (
+                e.moved_to(),
+                e.new_ts(),
+                e.new_lane(),
+                e.recovered_node(),
+                e.annotation(),
+                self.layout.event_places[id],
+                original,
+            )
         } else {
             let j = id - index.events.len();
             let f = &index.flows[j];
@@ -473,7 +558,10 @@ impl Rewriting<'_> {
         };
         self.ts_text.clear();
         self.node_text.clear();
-        let mut edits = EventEdits { top: recycle(std::mem::take(&mut self.edits.top)), args: recycle(std::mem::take(&mut self.edits.args)) };
+        let mut edits = EventEdits {
+            top: recycle(std::mem::take(&mut self.edits.top)),
+            args: recycle(std::mem::take(&mut self.edits.args)),
+        };
         if let Some(t) = tid {
             edits.top.push(Set { key: "tid", quoted_key: "\"tid\"", value: &self.lane_json[t as usize] });
         }
@@ -510,7 +598,9 @@ impl Rewriting<'_> {
                 event_args(&mut edits.args, node_text, writes, true, lane_text, original_text, marker_json);
             }
             if split.is_some() {
-                edits.args.insert(0, Set { key: "graph id", quoted_key: "\"graph id\"", value: &self.graph_text });
+                edits
+                    .args
+                    .insert(0, Set { key: "graph id", quoted_key: "\"graph id\"", value: &self.graph_text });
             }
             let start = out.len();
             if !self.editor.apply(original_bytes, &edits, out) {

@@ -189,7 +189,13 @@ fn canonical(readable: &str) -> String {
 /// Integer template arguments as the profiler writes them (`3ul`, `5ll`), where
 /// cpp_demangle writes casts (`(unsigned long)3`); in text without white space.
 fn literal_suffixes(text: &str) -> String {
-    const CASTS: [(&str, &str); 5] = [("(unsignedlonglong)", "ull"), ("(longlong)", "ll"), ("(unsignedlong)", "ul"), ("(unsignedint)", "u"), ("(long)", "l")];
+    const CASTS: [(&str, &str); 5] = [
+        ("(unsignedlonglong)", "ull"),
+        ("(longlong)", "ll"),
+        ("(unsignedlong)", "ul"),
+        ("(unsignedint)", "u"),
+        ("(long)", "l"),
+    ];
     if !text.contains(")") {
         return text.to_string();
     }
@@ -200,7 +206,10 @@ fn literal_suffixes(text: &str) -> String {
         rest = &rest[at..];
         for (cast, suffix) in CASTS {
             if let Some(after) = rest.strip_prefix(cast) {
-                let digits = after.char_indices().find(|&(i, c)| !(c.is_ascii_digit() || (i == 0 && c == '-'))).map_or(after.len(), |(i, _)| i);
+                let digits = after
+                    .char_indices()
+                    .find(|&(i, c)| !(c.is_ascii_digit() || (i == 0 && c == '-')))
+                    .map_or(after.len(), |(i, _)| i);
                 if digits > 0 && after[..digits] != *"-" {
                     out.push_str(&after[..digits]);
                     out.push_str(suffix);
@@ -264,7 +273,8 @@ fn plan(nodes: &[GraphNode], names: &mut NameKeys) -> Plan {
         })
         .collect();
     for (i, n) in nodes.iter().enumerate() {
-        let mut deps: Vec<usize> = n.deps.iter().filter_map(|d| local.get(d).copied()).filter(|&d| d != i).collect();
+        let mut deps: Vec<usize> =
+            n.deps.iter().filter_map(|d| local.get(d).copied()).filter(|&d| d != i).collect();
         deps.sort_unstable();
         deps.dedup();
         plan_nodes[i].deps = deps.len();
@@ -272,8 +282,12 @@ fn plan(nodes: &[GraphNode], names: &mut NameKeys) -> Plan {
             plan_nodes[d].dependents.push(i);
         }
     }
-    let signature = [signature(plan_nodes.iter().map(|n| n.full)), signature(plan_nodes.iter().map(|n| n.base))];
-    let shaped = [shapes(plan_nodes.iter().map(|n| (n.full, n.grid_block))), shapes(plan_nodes.iter().map(|n| (n.base, n.grid_block)))];
+    let signature =
+        [signature(plan_nodes.iter().map(|n| n.full)), signature(plan_nodes.iter().map(|n| n.base))];
+    let shaped = [
+        shapes(plan_nodes.iter().map(|n| (n.full, n.grid_block))),
+        shapes(plan_nodes.iter().map(|n| (n.base, n.grid_block))),
+    ];
     Plan { nodes: plan_nodes, signature, shapes: shaped }
 }
 
@@ -299,7 +313,8 @@ fn assign(events: &[Event], plan: &Plan, tier: Tier, tied: &mut u64) -> Option<V
         let candidates = eligible.get(&key(ev.full, ev.base))?;
         // The launch shape, then the lowest local id; never the lane: CUDA runs the
         // branches of a graph on hardware streams of its own choosing.
-        let other_shape = |&node: &usize| ev.grid_block.is_none() || plan.nodes[node].grid_block != ev.grid_block;
+        let other_shape =
+            |&node: &usize| ev.grid_block.is_none() || plan.nodes[node].grid_block != ev.grid_block;
         let best = candidates.iter().min_by_key(|&c| (other_shape(c), *c)).copied()?;
         if candidates.iter().filter(|&c| other_shape(c) == other_shape(&best)).count() > 1 {
             *tied += 1;
@@ -319,7 +334,8 @@ fn assign(events: &[Event], plan: &Plan, tier: Tier, tied: &mut u64) -> Option<V
 
 /// A replay's events in start order (then input order).
 fn by_start(index: &TraceIndex, members: Vec<usize>) -> Vec<usize> {
-    let mut starts: Vec<(Num, usize)> = members.into_iter().map(|i| (index.events[i].ts().expect("not odd"), i)).collect();
+    let mut starts: Vec<(Num, usize)> =
+        members.into_iter().map(|i| (index.events[i].ts().expect("not odd"), i)).collect();
     sort_by_start(&mut starts, |s| s.0, |s| s.1);
     starts.into_iter().map(|(_, i)| i).collect()
 }
@@ -399,7 +415,13 @@ fn tier_of(plan: &Plan, sig: &[Vec<(u32, u32)>; 2]) -> Option<Tier> {
 
 /// Among `candidates` (ascending), the ids of the lowest that takes the replay, if every
 /// candidate that takes it gives each event the same annotation.
-fn equivalent(events: &[Event], plans: &[Plan], candidates: &[usize], tier: Tier, annotations: &Annotations) -> Option<Assigned> {
+fn equivalent(
+    events: &[Event],
+    plans: &[Plan],
+    candidates: &[usize],
+    tier: Tier,
+    annotations: &Annotations,
+) -> Option<Assigned> {
     let mut first: Option<Assigned> = None;
     for &g in candidates {
         let mut tied = 0;
@@ -407,7 +429,9 @@ fn equivalent(events: &[Event], plans: &[Plan], candidates: &[usize], tier: Tier
         match &first {
             None => first = Some((ids, tied)),
             Some((chosen, _)) => {
-                let same = chosen.iter().zip(&ids).all(|(a, b)| annotations.nodes.get(&(*a as NodeId)) == annotations.nodes.get(&(*b as NodeId)));
+                let same = chosen.iter().zip(&ids).all(|(a, b)| {
+                    annotations.nodes.get(&(*a as NodeId)) == annotations.nodes.get(&(*b as NodeId))
+                });
                 if !same {
                     return None;
                 }
@@ -424,7 +448,12 @@ pub fn recover(index: &mut TraceIndex, annotations: &Annotations, mode: Recover)
 
 /// [`recover`]; `exact` reads replay stamps and annotates equivalent replays (without
 /// it, matching is by topology alone, as before stamps).
-pub fn recover_with(index: &mut TraceIndex, annotations: &Annotations, mode: Recover, exact: bool) -> Recovery {
+pub fn recover_with(
+    index: &mut TraceIndex,
+    annotations: &Annotations,
+    mode: Recover,
+    exact: bool,
+) -> Recovery {
     let mut report = Recovery { exact, ..Recovery::default() };
     if mode == Recover::Never {
         return report;
@@ -432,7 +461,11 @@ pub fn recover_with(index: &mut TraceIndex, annotations: &Annotations, mode: Rec
     if exact {
         report.malformed_stamps = index.malformed_stamps;
     }
-    let candidate = |e: &crate::trace::Tracked| !e.odd() && kind_of(e.cat).is_some() && e.correlation().is_some_and(|c| index.graph_launches.contains(&c));
+    let candidate = |e: &crate::trace::Tracked| {
+        !e.odd()
+            && kind_of(e.cat).is_some()
+            && e.correlation().is_some_and(|c| index.graph_launches.contains(&c))
+    };
     if mode == Recover::Auto && !index.events.iter().any(|e| e.node() == Node::Missing && candidate(e)) {
         return report;
     }
@@ -494,7 +527,9 @@ pub fn recover_with(index: &mut TraceIndex, annotations: &Annotations, mode: Rec
                 None => report.unknown_stamps += 1,
                 Some(&g) => {
                     let mut tied = 0;
-                    match tier_of(&plans[g], &sig).and_then(|tier| assign(&events, &plans[g], tier, &mut tied).map(|ids| (ids, tier))) {
+                    match tier_of(&plans[g], &sig)
+                        .and_then(|tier| assign(&events, &plans[g], tier, &mut tied).map(|ids| (ids, tier)))
+                    {
                         Some(assigned) => {
                             report.stamped_replays += 1;
                             report.tied_events += tied;
@@ -513,7 +548,9 @@ pub fn recover_with(index: &mut TraceIndex, annotations: &Annotations, mode: Rec
                 let slot = tier as usize;
                 let key = |e: &Event| (if tier == Tier::Full { e.full } else { e.base }, e.grid_block);
                 let seen = shapes(events.iter().map(key));
-                let same = decided_by_shape.entry(seen).or_insert_with_key(|seen| graphs.iter().copied().filter(|&g| plans[g].shapes[slot] == *seen).collect());
+                let same = decided_by_shape.entry(seen).or_insert_with_key(|seen| {
+                    graphs.iter().copied().filter(|&g| plans[g].shapes[slot] == *seen).collect()
+                });
                 if same.len() == 1 {
                     Some((same[0], tier))
                 } else {
@@ -539,7 +576,9 @@ pub fn recover_with(index: &mut TraceIndex, annotations: &Annotations, mode: Rec
             }
             Fit::None => None,
         };
-        let assigned = chosen.and_then(|(graph, tier)| assign(&events, &plans[graph], tier, &mut report.tied_events).map(|ids| (ids, tier)));
+        let assigned = chosen.and_then(|(graph, tier)| {
+            assign(&events, &plans[graph], tier, &mut report.tied_events).map(|ids| (ids, tier))
+        });
         match assigned {
             Some(assigned) => set_recovered(index, &events, assigned, &mut report),
             None => leave_alone(index, &events, ReplayMarker::Unmatched, exact, &mut report),
@@ -550,7 +589,13 @@ pub fn recover_with(index: &mut TraceIndex, annotations: &Annotations, mode: Rec
 
 /// Count a replay left without node ids (`why`: ambiguous or unmatched) and, unless
 /// recovering by topology alone, say why in the output (`cgfast summary` counts them).
-fn leave_alone(index: &mut TraceIndex, events: &[Event], why: ReplayMarker, exact: bool, report: &mut Recovery) {
+fn leave_alone(
+    index: &mut TraceIndex,
+    events: &[Event],
+    why: ReplayMarker,
+    exact: bool,
+    report: &mut Recovery,
+) {
     let n = events.len() as u64;
     match why {
         ReplayMarker::Ambiguous => {
@@ -571,7 +616,12 @@ fn leave_alone(index: &mut TraceIndex, events: &[Event], why: ReplayMarker, exac
     }
 }
 
-fn set_recovered(index: &mut TraceIndex, events: &[Event], (ids, tier): (Vec<i64>, Tier), report: &mut Recovery) {
+fn set_recovered(
+    index: &mut TraceIndex,
+    events: &[Event],
+    (ids, tier): (Vec<i64>, Tier),
+    report: &mut Recovery,
+) {
     report.recovered_replays += 1;
     if tier == Tier::Base {
         report.base_name_replays += 1;
@@ -657,7 +707,12 @@ mod tests {
     }
 
     /// Recover `index` with `graphs`, each node of graph g annotated `labels[g][local]`.
-    fn recovered_in(mut index: TraceIndex, graphs: Vec<(u32, Vec<GraphNode>)>, labels: &[(u32, &[&str])], mode: Recover) -> (Vec<Option<i64>>, Recovery) {
+    fn recovered_in(
+        mut index: TraceIndex,
+        graphs: Vec<(u32, Vec<GraphNode>)>,
+        labels: &[(u32, &[&str])],
+        mode: Recover,
+    ) -> (Vec<Option<i64>>, Recovery) {
         let mut nodes: HashMap<NodeId, Vec<crate::annotations::Item>> = HashMap::default();
         for (graph, names) in labels {
             for (local, label) in names.iter().enumerate() {
@@ -703,7 +758,10 @@ mod tests {
     fn graphs_with_the_same_kernels_are_told_apart_by_their_shapes() {
         let small = graph(2, &[("k", 4, &[]), ("m", 4, &[0])]);
         let large = graph(4, &[("k", 64, &[]), ("m", 64, &[0])]);
-        let (ids, report) = recovered(vec![small, large], &[(5, &[("k", 7, 64), ("m", 7, 64)]), (6, &[("k", 7, 4), ("m", 7, 4)])]);
+        let (ids, report) = recovered(
+            vec![small, large],
+            &[(5, &[("k", 7, 64), ("m", 7, 64)]), (6, &[("k", 7, 4), ("m", 7, 4)])],
+        );
         let (s, l) = (2i64 << 32, 4i64 << 32);
         assert_eq!(ids, vec![Some(l), Some(l | 1), Some(s), Some(s | 1)]);
         assert_eq!((report.replays, report.recovered_replays, report.ambiguous_replays), (2, 2, 0));
@@ -714,12 +772,22 @@ mod tests {
         let twin_a = graph(2, &[("k", 4, &[])]);
         let twin_b = graph(4, &[("k", 4, &[])]);
         let other = graph(6, &[("z", 4, &[]), ("z", 4, &[0])]);
-        let replays: &[Replay] = &[(5, &[("k", 7, 4)]), (6, &[("q", 7, 4), ("q", 7, 4)]), (7, &[("z", 7, 4), ("z", 7, 4)])];
+        let replays: &[Replay] =
+            &[(5, &[("k", 7, 4)]), (6, &[("q", 7, 4), ("q", 7, 4)]), (7, &[("z", 7, 4), ("z", 7, 4)])];
         let labels: &[(u32, &[&str])] = &[(2, &["a"]), (4, &["b"])];
-        let (ids, report) = recovered_in(trace_of(replays), vec![twin_a, twin_b, other], labels, Recover::Auto);
+        let (ids, report) =
+            recovered_in(trace_of(replays), vec![twin_a, twin_b, other], labels, Recover::Auto);
         let z = 6i64 << 32;
         assert_eq!(ids, vec![None, None, None, Some(z), Some(z | 1)]);
-        let counts = (report.replays, report.recovered_replays, report.ambiguous_replays, report.ambiguous_events, report.unmatched_replays, report.unmatched_events, report.unresolved_events);
+        let counts = (
+            report.replays,
+            report.recovered_replays,
+            report.ambiguous_replays,
+            report.ambiguous_events,
+            report.unmatched_replays,
+            report.unmatched_events,
+            report.unresolved_events,
+        );
         assert_eq!(counts, (3, 1, 1, 1, 1, 2, 3));
     }
 
@@ -727,16 +795,35 @@ mod tests {
     fn driver_and_profiler_names_meet() {
         let mut keys = NameKeys::default();
         for (mangled, profiler) in PAIRS {
-            assert_eq!(keys.keys(NodeKind::Kernel, Some(mangled)), keys.keys(NodeKind::Kernel, Some(profiler)), "{profiler}");
+            assert_eq!(
+                keys.keys(NodeKind::Kernel, Some(mangled)),
+                keys.keys(NodeKind::Kernel, Some(profiler)),
+                "{profiler}"
+            );
         }
-        assert_ne!(keys.keys(NodeKind::Kernel, Some(PAIRS[0].0)), keys.keys(NodeKind::Kernel, Some(PAIRS[1].0)));
-        assert_eq!(keys.keys(NodeKind::Kernel, Some("triton_poi_fused_add_0")), keys.keys(NodeKind::Kernel, Some("triton_poi_fused_add_0")));
-        assert_eq!(base_name("void at::native::(anonymous namespace)::k<int>(int)"), "at::native::(anonymous namespace)::k");
+        assert_ne!(
+            keys.keys(NodeKind::Kernel, Some(PAIRS[0].0)),
+            keys.keys(NodeKind::Kernel, Some(PAIRS[1].0))
+        );
+        assert_eq!(
+            keys.keys(NodeKind::Kernel, Some("triton_poi_fused_add_0")),
+            keys.keys(NodeKind::Kernel, Some("triton_poi_fused_add_0"))
+        );
+        assert_eq!(
+            base_name("void at::native::(anonymous namespace)::k<int>(int)"),
+            "at::native::(anonymous namespace)::k"
+        );
         assert_eq!(base_name(PAIRS[0].1), "internal::gemvx::kernel");
         assert_eq!(without_return_type("bool operator<(A, B)"), "bool operator<(A, B)");
         // c++filt's (and CUPTI's) integer literals, against cpp_demangle's casts
-        assert_eq!(keys.keys(NodeKind::Kernel, Some("_Z1fILx5ELy6ELj7ELl8ELln2ELs9ELm3EEvv")), keys.keys(NodeKind::Kernel, Some("void f<5ll, 6ull, 7u, 8l, -2l, (short)9, 3ul>()")));
-        assert_ne!(keys.keys(NodeKind::Kernel, Some("_Z1fILm3EEvv")), keys.keys(NodeKind::Kernel, Some("void f<3u>()")));
+        assert_eq!(
+            keys.keys(NodeKind::Kernel, Some("_Z1fILx5ELy6ELj7ELl8ELln2ELs9ELm3EEvv")),
+            keys.keys(NodeKind::Kernel, Some("void f<5ll, 6ull, 7u, 8l, -2l, (short)9, 3ul>()"))
+        );
+        assert_ne!(
+            keys.keys(NodeKind::Kernel, Some("_Z1fILm3EEvv")),
+            keys.keys(NodeKind::Kernel, Some("void f<3u>()"))
+        );
         assert_eq!(canonical("void f(Foo const&, constant_t)"), "f(Foo,constant_t)");
     }
 
@@ -746,13 +833,28 @@ mod tests {
         let twin_a = graph(2, &[("k", 4, &[])]);
         let twin_b = graph(4, &[("k", 4, &[])]);
         let other = graph(6, &[("z", 4, &[]), ("z", 4, &[0])]);
-        let replays: &[Replay] = &[(5, &[("k", 7, 4)]), (6, &[("q", 7, 4), ("q", 7, 4)]), (7, &[("z", 7, 4), ("z", 7, 4)])];
+        let replays: &[Replay] =
+            &[(5, &[("k", 7, 4)]), (6, &[("q", 7, 4), ("q", 7, 4)]), (7, &[("z", 7, 4), ("z", 7, 4)])];
         let mut nodes: HashMap<NodeId, Vec<crate::annotations::Item>> = HashMap::default();
         for (graph, label) in [(2, "a"), (4, "b")] {
-            nodes.insert((graph as NodeId) << 32, vec![crate::annotations::Item::Other(crate::value::Value::Str(label.into()))]);
+            nodes.insert(
+                (graph as NodeId) << 32,
+                vec![crate::annotations::Item::Other(crate::value::Value::Str(label.into()))],
+            );
         }
-        let annotations = Annotations { nodes, graphs: vec![twin_a, twin_b, other].into_iter().collect(), ..Default::default() };
-        let kernels = |index: &TraceIndex| index.events.iter().filter(|e| e.cat == Cat::Kernel).map(|e| (e.replay_marker(), e.replay_marker_change())).collect::<Vec<_>>();
+        let annotations = Annotations {
+            nodes,
+            graphs: vec![twin_a, twin_b, other].into_iter().collect(),
+            ..Default::default()
+        };
+        let kernels = |index: &TraceIndex| {
+            index
+                .events
+                .iter()
+                .filter(|e| e.cat == Cat::Kernel)
+                .map(|e| (e.replay_marker(), e.replay_marker_change()))
+                .collect::<Vec<_>>()
+        };
         let mut index = trace_of(replays);
         recover_with(&mut index, &annotations, Recover::Auto, true);
         let (a, u, n) = (ReplayMarker::Ambiguous, ReplayMarker::Unmatched, ReplayMarker::None);
@@ -770,7 +872,11 @@ mod tests {
     }
 
     fn twins() -> Vec<(u32, Vec<GraphNode>)> {
-        vec![graph(2, &[("k", 4, &[]), ("m", 4, &[0])]), graph(4, &[("k", 4, &[]), ("m", 4, &[0])]), graph(6, &[("z", 4, &[])])]
+        vec![
+            graph(2, &[("k", 4, &[]), ("m", 4, &[0])]),
+            graph(4, &[("k", 4, &[]), ("m", 4, &[0])]),
+            graph(6, &[("z", 4, &[])]),
+        ]
     }
 
     const TWIN: &[(&str, u32, u32)] = &[("k", 7, 4), ("m", 7, 4)];
@@ -782,7 +888,15 @@ mod tests {
         let labels: &[(u32, &[&str])] = &[(2, &["attn", "mlp"]), (4, &["attn", "mlp"])];
         let (ids, report) = recovered_in(trace_of(&[(5, TWIN), (6, TWIN)]), twins(), labels, Recover::Auto);
         assert_eq!(ids, vec![Some(G2), Some(G2 | 1), Some(G2), Some(G2 | 1)]);
-        assert_eq!((report.recovered_replays, report.equivalent_replays, report.ambiguous_replays, report.stamped_replays), (2, 2, 0, 0));
+        assert_eq!(
+            (
+                report.recovered_replays,
+                report.equivalent_replays,
+                report.ambiguous_replays,
+                report.stamped_replays
+            ),
+            (2, 2, 0, 0)
+        );
     }
 
     #[test]
@@ -790,7 +904,15 @@ mod tests {
         let labels: &[(u32, &[&str])] = &[(2, &["attn", "mlp"]), (4, &["attn", "other"])];
         let (ids, report) = recovered_in(trace_of(&[(5, TWIN)]), twins(), labels, Recover::Auto);
         assert_eq!(ids, vec![None, None]);
-        assert_eq!((report.recovered_replays, report.equivalent_replays, report.ambiguous_replays, report.ambiguous_events), (0, 0, 1, 2));
+        assert_eq!(
+            (
+                report.recovered_replays,
+                report.equivalent_replays,
+                report.ambiguous_replays,
+                report.ambiguous_events
+            ),
+            (0, 0, 1, 2)
+        );
         // one annotated and one not differ too
         let labels: &[(u32, &[&str])] = &[(2, &["attn", "mlp"])];
         let (_, report) = recovered_in(trace_of(&[(5, TWIN)]), twins(), labels, Recover::Auto);
@@ -800,14 +922,30 @@ mod tests {
     #[test]
     fn stamps_name_the_graph_of_each_replay() {
         let labels: &[(u32, &[&str])] = &[(2, &["attn", "mlp"]), (4, &["attn", "other"])];
-        let stamps = [(1, 400, 200, "cgfast.replay 4"), (1, 1400, 200, "cgfast.replay 2"), (1, 2400, 200, "cgfast.replay 4")];
+        let stamps = [
+            (1, 400, 200, "cgfast.replay 4"),
+            (1, 1400, 200, "cgfast.replay 2"),
+            (1, 2400, 200, "cgfast.replay 4"),
+        ];
         let index = trace_with(&[(5, TWIN), (6, TWIN), (7, TWIN)], &stamps, "");
         let (ids, report) = recovered_in(index, twins(), labels, Recover::Auto);
         assert_eq!(ids, vec![Some(G4), Some(G4 | 1), Some(G2), Some(G2 | 1), Some(G4), Some(G4 | 1)]);
-        assert_eq!((report.recovered_replays, report.stamped_replays, report.ambiguous_replays, report.equivalent_replays), (3, 3, 0, 0));
+        assert_eq!(
+            (
+                report.recovered_replays,
+                report.stamped_replays,
+                report.ambiguous_replays,
+                report.equivalent_replays
+            ),
+            (3, 3, 0, 0)
+        );
         // without stamps reading, as before
         let index = trace_with(&[(5, TWIN), (6, TWIN), (7, TWIN)], &stamps, "");
-        let annotations = Annotations { nodes: Default::default(), graphs: twins().into_iter().collect(), ..Default::default() };
+        let annotations = Annotations {
+            nodes: Default::default(),
+            graphs: twins().into_iter().collect(),
+            ..Default::default()
+        };
         let mut plain = index;
         let report = recover_with(&mut plain, &annotations, Recover::Auto, false);
         assert_eq!((report.recovered_replays, report.ambiguous_replays, report.stamped_replays), (0, 3, 0));
@@ -819,8 +957,14 @@ mod tests {
         // replay 0 (launch at 500) sits in an outer stamp (naming 2) and an inner one
         // (naming 4) opened inside a plain range; replay 1 (at 1500) is in the outer
         // stamp only, after the inner one ended
-        let ranges = [(1, 0, 3000, "cgfast.replay 2"), (1, 300, 400, "forward"), (1, 450, 100, "cgfast.replay 4"), (1, 460, 80, "aten::mm")];
-        let (ids, report) = recovered_in(trace_with(&[(5, TWIN), (6, TWIN)], &ranges, ""), twins(), labels, Recover::Auto);
+        let ranges = [
+            (1, 0, 3000, "cgfast.replay 2"),
+            (1, 300, 400, "forward"),
+            (1, 450, 100, "cgfast.replay 4"),
+            (1, 460, 80, "aten::mm"),
+        ];
+        let (ids, report) =
+            recovered_in(trace_with(&[(5, TWIN), (6, TWIN)], &ranges, ""), twins(), labels, Recover::Auto);
         assert_eq!(ids, vec![Some(G4), Some(G4 | 1), Some(G2), Some(G2 | 1)]);
         assert_eq!(report.stamped_replays, 2);
     }
@@ -828,7 +972,12 @@ mod tests {
     #[test]
     fn stamps_on_another_thread_are_not_read() {
         let labels: &[(u32, &[&str])] = &[(2, &["a", "b"]), (4, &["c", "d"])];
-        let (ids, report) = recovered_in(trace_with(&[(5, TWIN)], &[(2, 400, 200, "cgfast.replay 4")], ""), twins(), labels, Recover::Auto);
+        let (ids, report) = recovered_in(
+            trace_with(&[(5, TWIN)], &[(2, 400, 200, "cgfast.replay 4")], ""),
+            twins(),
+            labels,
+            Recover::Auto,
+        );
         assert_eq!(ids, vec![None, None]);
         assert_eq!((report.stamped_replays, report.ambiguous_replays), (0, 1));
     }
@@ -838,16 +987,26 @@ mod tests {
         let labels: &[(u32, &[&str])] = &[(2, &["a", "b"]), (4, &["a", "b"])];
         // 9 is no recorded graph; 6 has other kernels: both replays then match as unstamped
         let ranges = [(1, 400, 200, "cgfast.replay 9"), (1, 1400, 200, "cgfast.replay 6")];
-        let (ids, report) = recovered_in(trace_with(&[(5, TWIN), (6, TWIN)], &ranges, ""), twins(), labels, Recover::Auto);
+        let (ids, report) =
+            recovered_in(trace_with(&[(5, TWIN), (6, TWIN)], &ranges, ""), twins(), labels, Recover::Auto);
         assert_eq!(ids, vec![Some(G2), Some(G2 | 1), Some(G2), Some(G2 | 1)]);
-        assert_eq!((report.unknown_stamps, report.unfit_stamps, report.stamped_replays, report.equivalent_replays), (1, 1, 0, 2));
+        assert_eq!(
+            (report.unknown_stamps, report.unfit_stamps, report.stamped_replays, report.equivalent_replays),
+            (1, 1, 0, 2)
+        );
     }
 
     #[test]
     fn malformed_stamps_are_counted_and_ignored() {
         let labels: &[(u32, &[&str])] = &[(2, &["a", "b"]), (4, &["c", "d"])];
-        let ranges = [(1, 400, 200, "cgfast.replay x"), (1, 410, 100, "cgfast.replay"), (1, 420, 50, "cgfast.replay 4 "), (1, 1400, 200, "cgfast.replay 4")];
-        let (ids, report) = recovered_in(trace_with(&[(5, TWIN), (6, TWIN)], &ranges, ""), twins(), labels, Recover::Auto);
+        let ranges = [
+            (1, 400, 200, "cgfast.replay x"),
+            (1, 410, 100, "cgfast.replay"),
+            (1, 420, 50, "cgfast.replay 4 "),
+            (1, 1400, 200, "cgfast.replay 4"),
+        ];
+        let (ids, report) =
+            recovered_in(trace_with(&[(5, TWIN), (6, TWIN)], &ranges, ""), twins(), labels, Recover::Auto);
         assert_eq!(ids, vec![None, None, Some(G4), Some(G4 | 1)]);
         assert_eq!((report.malformed_stamps, report.stamped_replays, report.ambiguous_replays), (3, 1, 1));
     }
@@ -855,7 +1014,8 @@ mod tests {
     #[test]
     fn stamps_change_nothing_where_the_trace_has_node_ids() {
         let labels: &[(u32, &[&str])] = &[(2, &["a", "b"]), (4, &["c", "d"])];
-        let index = trace_with(&[(5, TWIN)], &[(1, 400, 200, "cgfast.replay 4")], r#", "graph node id": 8589934593"#);
+        let index =
+            trace_with(&[(5, TWIN)], &[(1, 400, 200, "cgfast.replay 4")], r#", "graph node id": 8589934593"#);
         let (ids, report) = recovered_in(index, twins(), labels, Recover::Auto);
         assert_eq!(ids, vec![Some(G2 | 1), Some(G2 | 1)]);
         assert_eq!(report, Recovery { exact: true, ..Recovery::default() });
@@ -864,10 +1024,19 @@ mod tests {
     /// The kernel names of a trace and the driver names of its annotations' graphs.
     fn example_names(dir: &std::path::Path) -> Option<(Vec<String>, Vec<String>)> {
         let trace = dir.join("000000.h200.pt.trace.json.gz");
-        let annotations = std::fs::read_dir(dir).ok()?.flatten().map(|e| e.path()).find(|p| p.to_string_lossy().contains("kernel_annotations"))?;
+        let annotations = std::fs::read_dir(dir)
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.to_string_lossy().contains("kernel_annotations"))?;
         let annotations = crate::annotation_file::read(&annotations).ok()?;
         let index = crate::scan::scan(&trace, &crate::scan::WriteKeys::default(), &mut |_, _| {}).ok()?.0;
-        let profiler = index.events.iter().filter(|e| e.cat == Cat::Kernel).map(|e| index.name_of(e).to_string()).collect();
+        let profiler = index
+            .events
+            .iter()
+            .filter(|e| e.cat == Cat::Kernel)
+            .map(|e| index.name_of(e).to_string())
+            .collect();
         let driver = annotations.graphs.values().flatten().filter_map(|n| n.name.clone()).collect();
         Some((profiler, driver))
     }
@@ -877,11 +1046,17 @@ mod tests {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
         let mut checked = 0;
         for dir in std::fs::read_dir(&root).unwrap().flatten() {
-            let (profiler, driver) = example_names(&dir.path()).expect("an example with a trace and annotations");
+            let (profiler, driver) =
+                example_names(&dir.path()).expect("an example with a trace and annotations");
             let mut keys = NameKeys::default();
-            let seen: rustc_hash::FxHashSet<(u32, u32)> = profiler.iter().map(|n| keys.keys(NodeKind::Kernel, Some(n))).collect();
+            let seen: rustc_hash::FxHashSet<(u32, u32)> =
+                profiler.iter().map(|n| keys.keys(NodeKind::Kernel, Some(n))).collect();
             for name in &driver {
-                assert!(seen.contains(&keys.keys(NodeKind::Kernel, Some(name))), "{}: {name} meets no kernel of the trace", dir.path().display());
+                assert!(
+                    seen.contains(&keys.keys(NodeKind::Kernel, Some(name))),
+                    "{}: {name} meets no kernel of the trace",
+                    dir.path().display()
+                );
                 checked += 1;
             }
         }
@@ -896,12 +1071,17 @@ mod tests {
         let Ok(files) = std::fs::read_dir(&root) else { return };
         let mut checked = 0;
         for file in files.flatten() {
-            let index = crate::scan::scan(&file.path(), &crate::scan::WriteKeys::default(), &mut |_, _| {}).unwrap().0;
+            let index = crate::scan::scan(&file.path(), &crate::scan::WriteKeys::default(), &mut |_, _| {})
+                .unwrap()
+                .0;
             for e in index.events.iter().filter(|e| e.cat == Cat::Kernel) {
                 let name = index.name_of(e);
                 let bare = without_return_type(name);
                 let function = base_name(name).replace("(anonymous namespace)", "");
-                assert!(name.ends_with(bare) && !function.is_empty() && !function.contains([' ', '(', ')']), "{name}");
+                assert!(
+                    name.ends_with(bare) && !function.is_empty() && !function.contains([' ', '(', ')']),
+                    "{name}"
+                );
                 assert_eq!(name.contains('('), bare.contains('('), "{name}");
                 checked += 1;
             }

@@ -12,7 +12,9 @@ use crate::scan::{Layout, Span};
 pub enum Action {
     Remove,
     /// Replace it with what the edit callback writes for `id`.
-    Replace { id: usize },
+    Replace {
+        id: usize,
+    },
 }
 
 #[derive(Clone, Copy, Debug)]

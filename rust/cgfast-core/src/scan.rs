@@ -97,7 +97,8 @@ impl Rel {
             None => Some(Rel::NONE),
             Some((s, e)) => {
                 let (start, len) = (s - event_start, e - s);
-                (start < u16::MAX as usize && len <= u16::MAX as usize).then_some(Rel { start: start as u16, len: len as u16 })
+                (start < u16::MAX as usize && len <= u16::MAX as usize)
+                    .then_some(Rel { start: start as u16, len: len as u16 })
             }
         }
     }
@@ -139,7 +140,15 @@ impl FlowPlaces {
 }
 
 impl Places {
-    const INEXACT: Places = Places { tid: Rel::NONE, ts: Rel::NONE, stream: Rel::NONE, node: Rel::NONE, args_close: u16::MAX, args_empty: false, exact: false };
+    const INEXACT: Places = Places {
+        tid: Rel::NONE,
+        ts: Rel::NONE,
+        stream: Rel::NONE,
+        node: Rel::NONE,
+        args_close: u16::MAX,
+        args_empty: false,
+        exact: false,
+    };
 }
 
 #[inline(always)]
@@ -217,7 +226,10 @@ fn node(buf: &[u8], s: Option<Scalar>) -> Node {
                 _ => Node::Other,
             },
             // An integer beyond 64 bits: Python compares it exactly.
-            None => std::str::from_utf8(&buf[start..end]).ok().and_then(|t| t.parse::<crate::trace::NodeId>().ok()).map_or(Node::Other, Node::Id),
+            None => std::str::from_utf8(&buf[start..end])
+                .ok()
+                .and_then(|t| t.parse::<crate::trace::NodeId>().ok())
+                .map_or(Node::Other, Node::Id),
         },
         Some(_) => Node::Other,
     }
@@ -254,7 +266,9 @@ fn dims(buf: &[u8], s: Option<Scalar>) -> Option<[u32; 3]> {
 #[inline(never)]
 fn names_a_stamp(buf: &[u8], name: Option<Scalar>) -> bool {
     match name {
-        Some(Scalar::Str(span)) if !span.escaped => buf[span.start..span.end].starts_with(crate::trace::STAMP_PREFIX.as_bytes()),
+        Some(Scalar::Str(span)) if !span.escaped => {
+            buf[span.start..span.end].starts_with(crate::trace::STAMP_PREFIX.as_bytes())
+        }
         Some(Scalar::Str(span)) => text_of(buf, span).starts_with(crate::trace::STAMP_PREFIX),
         _ => false,
     }
@@ -502,7 +516,10 @@ impl<'k> Segment<'k> {
             },
             State::End => {
                 c.peek()?;
-                return Err(ScanError::Syntax { at: c.pos, expected: "the end of the file after the trace object" });
+                return Err(ScanError::Syntax {
+                    at: c.pos,
+                    expected: "the end of the file after the trace object",
+                });
             }
         }
         Ok(Step::Go)
@@ -510,7 +527,13 @@ impl<'k> Segment<'k> {
 
     /// Scan from `start` (an offset of the file) to the segment's stop or the end,
     /// reading through `buffer` (a window's, given back for the next segment).
-    fn run(&mut self, path: &Path, start: u64, buffer: &mut Vec<u8>, progress: &dyn Fn(u64, u64)) -> Result<(), ScanFailure> {
+    fn run(
+        &mut self,
+        path: &Path,
+        start: u64,
+        buffer: &mut Vec<u8>,
+        progress: &dyn Fn(u64, u64),
+    ) -> Result<(), ScanFailure> {
         let mut window = Window::open_at_in(path, start, std::mem::take(buffer))?;
         let scanned = self.run_in(&mut window, progress);
         *buffer = window.into_buffer();
@@ -536,7 +559,10 @@ impl<'k> Segment<'k> {
                     return Ok(());
                 }
                 Err(ScanError::Syntax { at, expected }) => {
-                    return Err(ScanFailure::Invalid(format!("not a valid trace: expected {expected}"), Some(base + at as u64)));
+                    return Err(ScanFailure::Invalid(
+                        format!("not a valid trace: expected {expected}"),
+                        Some(base + at as u64),
+                    ));
                 }
                 Err(ScanError::Incomplete) if eof => {
                     if self.state == State::End {
@@ -547,7 +573,11 @@ impl<'k> Segment<'k> {
                         return Ok(());
                     }
                     let at = window.end();
-                    let what = if at == 0 { "the file is empty" } else { "the trace is truncated (unexpected end of input)" };
+                    let what = if at == 0 {
+                        "the file is empty"
+                    } else {
+                        "the trace is truncated (unexpected end of input)"
+                    };
                     return Err(ScanFailure::Invalid(what.into(), Some(at)));
                 }
                 Err(ScanError::Incomplete) => {
@@ -570,7 +600,11 @@ const PARALLEL_FROM: u64 = 32 << 20;
 /// `write_keys` are the keys annotations will write (see [`WriteKeys`]). Plain files
 /// are scanned in parallel segments that split at event boundaries (checked: a split
 /// that turns out not to be one falls back to a single scan).
-pub fn scan(path: &Path, write_keys: &WriteKeys, progress: &mut dyn FnMut(u64, u64)) -> Result<(TraceIndex, Layout), ScanFailure> {
+pub fn scan(
+    path: &Path,
+    write_keys: &WriteKeys,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<(TraceIndex, Layout), ScanFailure> {
     let threads = crate::io::threads().min(8);
     let len = std::fs::metadata(path)?.len();
     if threads > 1 && len >= PARALLEL_FROM && !crate::io::is_gzip_file(path)? {
@@ -655,7 +689,14 @@ fn segment_cuts(len: u64, threads: usize, min_bytes: u64) -> Vec<u64> {
     cuts
 }
 
-fn scan_parallel(path: &Path, write_keys: &WriteKeys, threads: usize, segment_bytes: u64, len: u64, progress: &mut dyn FnMut(u64, u64)) -> Result<Option<Scanned>, ScanFailure> {
+fn scan_parallel(
+    path: &Path,
+    write_keys: &WriteKeys,
+    threads: usize,
+    segment_bytes: u64,
+    len: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Option<Scanned>, ScanFailure> {
     let mut cuts: Vec<(u64, u64)> = Vec::new();
     // a trace under `2 × threads` segments long still gets that many
     let min_bytes = segment_bytes.min(len / (2 * threads as u64)).max(1);
@@ -688,7 +729,11 @@ fn scan_parallel(path: &Path, write_keys: &WriteKeys, threads: usize, segment_by
                     if k >= count {
                         break;
                     }
-                    let (start, state, prev_end) = if k == 0 { (0, State::Start, None) } else { (cuts[k - 1].0, State::Event, Some(cuts[k - 1].1)) };
+                    let (start, state, prev_end) = if k == 0 {
+                        (0, State::Start, None)
+                    } else {
+                        (cuts[k - 1].0, State::Event, Some(cuts[k - 1].1))
+                    };
                     let stop = cuts.get(k).map(|c| c.0);
                     let spare = lock(spares).pop();
                     let scanned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -701,12 +746,20 @@ fn scan_parallel(path: &Path, write_keys: &WriteKeys, threads: usize, segment_by
                         if k == 0 {
                             segment.make_room(len);
                         }
-                        segment.run(path, start, &mut buffer, &|d, _| done[k].store(d - start, Ordering::Relaxed)).map(|_| segment)
+                        segment
+                            .run(path, start, &mut buffer, &|d, _| {
+                                done[k].store(d - start, Ordering::Relaxed)
+                            })
+                            .map(|_| segment)
                     }));
                     // a segment whose end is no element boundary (a split inside a
                     // string, say) fails: the single scan decides
                     let whole = match &scanned {
-                        Ok(Ok(s)) => !s.missed_stop && (k == 0 || s.layout.elements > 0) && (k + 1 == count || s.prev_end == Some(cuts[k].1)),
+                        Ok(Ok(s)) => {
+                            !s.missed_stop
+                                && (k == 0 || s.layout.elements > 0)
+                                && (k + 1 == count || s.prev_end == Some(cuts[k].1))
+                        }
                         _ => false,
                     };
                     match scanned {
@@ -733,7 +786,9 @@ fn scan_parallel(path: &Path, write_keys: &WriteKeys, threads: usize, segment_by
         while running > 0 {
             match finished_rx.recv_timeout(std::time::Duration::from_millis(50)) {
                 Ok(()) => running -= 1,
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => progress(done.iter().map(|d| d.load(Ordering::Relaxed)).sum(), len),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    progress(done.iter().map(|d| d.load(Ordering::Relaxed)).sum(), len)
+                }
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
             }
         }
@@ -881,9 +936,21 @@ mod tests {
         assert_eq!(a.1.event_places, b.1.event_places);
         assert_eq!(a.1.elements, b.1.elements);
         assert_eq!(a.1.array_close, b.1.array_close);
-        assert!(a.0.events.iter().zip(&b.0.events).all(|(x, y)| x.ordinal == y.ordinal && x.ts() == y.ts() && a.0.keys.key(x.tid) == b.0.keys.key(y.tid)));
-        let stamps = |i: &TraceIndex| i.stamps.iter().map(|s| (i.keys.key(s.pid), i.keys.key(s.tid), s.start, s.end, s.graph)).collect::<Vec<_>>();
-        let launches = |i: &TraceIndex| i.launches.iter().map(|l| (i.keys.key(l.pid), i.keys.key(l.tid), l.ts, l.correlation)).collect::<Vec<_>>();
+        assert!(a.0.events.iter().zip(&b.0.events).all(|(x, y)| x.ordinal == y.ordinal
+            && x.ts() == y.ts()
+            && a.0.keys.key(x.tid) == b.0.keys.key(y.tid)));
+        let stamps = |i: &TraceIndex| {
+            i.stamps
+                .iter()
+                .map(|s| (i.keys.key(s.pid), i.keys.key(s.tid), s.start, s.end, s.graph))
+                .collect::<Vec<_>>()
+        };
+        let launches = |i: &TraceIndex| {
+            i.launches
+                .iter()
+                .map(|l| (i.keys.key(l.pid), i.keys.key(l.tid), l.ts, l.correlation))
+                .collect::<Vec<_>>()
+        };
         assert_eq!(stamps(&a.0), stamps(&b.0));
         assert_eq!(launches(&a.0), launches(&b.0));
         assert_eq!(a.0.malformed_stamps, b.0.malformed_stamps);
@@ -904,12 +971,21 @@ mod tests {
         let stamp = r#"{"ph": "X", "cat": "user_annotation", "name": "cgfast.replay 3", "pid": 1, "tid": 2, "ts": 3, "dur": 5}"#;
         let launch = r#"{"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 1, "tid": 2, "ts": 4, "dur": 1, "args": {"correlation": 12}}"#;
         let malformed = r#"{"ph": "X", "cat": "user_annotation", "name": "cgfast.replay x", "pid": 1, "tid": 2, "ts": 3, "dur": 5}"#;
-        let events: Vec<&str> = (0..30_000).map(|i| [kernel, flow, op, stamp, launch, malformed][i % 6]).collect();
+        let events: Vec<&str> =
+            (0..30_000).map(|i| [kernel, flow, op, stamp, launch, malformed][i % 6]).collect();
         let dir = tempfile::tempdir().unwrap();
         let (path, len) = trace_file(dir.path(), "t.json", &events);
-        assert_eq!((single(&path).0.stamps.len(), single(&path).0.launches.len(), single(&path).0.malformed_stamps), (5000, 5000, 5000));
-        for (threads, segment_bytes) in [(2, SEGMENT_BYTES), (3, SEGMENT_BYTES), (7, SEGMENT_BYTES), (2, len / 9), (3, 64 << 10)] {
-            let many = scan_parallel(&path, &WriteKeys::default(), threads, segment_bytes, len, &mut |_, _| {}).unwrap().expect("every split is a boundary");
+        assert_eq!(
+            (single(&path).0.stamps.len(), single(&path).0.launches.len(), single(&path).0.malformed_stamps),
+            (5000, 5000, 5000)
+        );
+        for (threads, segment_bytes) in
+            [(2, SEGMENT_BYTES), (3, SEGMENT_BYTES), (7, SEGMENT_BYTES), (2, len / 9), (3, 64 << 10)]
+        {
+            let many =
+                scan_parallel(&path, &WriteKeys::default(), threads, segment_bytes, len, &mut |_, _| {})
+                    .unwrap()
+                    .expect("every split is a boundary");
             same(&many, &single(&path));
         }
     }
@@ -925,7 +1001,10 @@ mod tests {
         assert!(sizes.iter().all(|&s| s >= SEGMENT_BYTES));
         assert!(1000 * mb - cuts.last().unwrap() < SEGMENT_BYTES * 3 / 2, "the last segment is short");
         let cuts = segment_cuts(200 * mb, 2, SEGMENT_BYTES);
-        assert!(cuts[0] == SEGMENT_BYTES && cuts.windows(2).all(|w| w[1] - w[0] == SEGMENT_BYTES), "{cuts:?}");
+        assert!(
+            cuts[0] == SEGMENT_BYTES && cuts.windows(2).all(|w| w[1] - w[0] == SEGMENT_BYTES),
+            "{cuts:?}"
+        );
         assert!(segment_cuts(mb, 2, mb).is_empty(), "one segment when it would be as short as the rest");
         assert_eq!(segment_cuts(1 << 40, 2, 1).len() + 1, MAX_SEGMENTS);
     }
@@ -942,8 +1021,15 @@ mod tests {
         let (path, _) = trace_file(dir.path(), "t.json", &[&long, short, short]);
         let text = std::fs::read_to_string(&path).unwrap();
         let second = text.find(short).unwrap() as u64;
-        assert_eq!(guess_boundary(&path, 40).unwrap(), Some((second, second - 3)), "a boundary beyond the first look");
-        assert_eq!(guess_boundary(&path, second + 1).unwrap().map(|b| b.0), Some(second + short.len() as u64 + 3));
+        assert_eq!(
+            guess_boundary(&path, 40).unwrap(),
+            Some((second, second - 3)),
+            "a boundary beyond the first look"
+        );
+        assert_eq!(
+            guess_boundary(&path, second + 1).unwrap().map(|b| b.0),
+            Some(second + short.len() as u64 + 3)
+        );
         assert_eq!(guess_boundary(&path, text.len() as u64 - 10).unwrap(), None);
     }
 
@@ -956,7 +1042,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (path, len) = trace_file(dir.path(), "t.json", &events);
         for threads in [2, 5] {
-            if let Some(many) = scan_parallel(&path, &WriteKeys::default(), threads, len / 7, len, &mut |_, _| {}).unwrap() {
+            if let Some(many) =
+                scan_parallel(&path, &WriteKeys::default(), threads, len / 7, len, &mut |_, _| {}).unwrap()
+            {
                 same(&many, &single(&path));
             }
         }

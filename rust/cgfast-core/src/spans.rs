@@ -61,7 +61,8 @@ fn push_micros(out: &mut String, ns: i128, integer: bool) {
     let (whole, frac) = (ns / 1000, (ns % 1000) as u32);
     push_digits(out, whole);
     if !(integer && frac == 0) {
-        let digits = [b'.', b'0' + (frac / 100) as u8, b'0' + (frac / 10 % 10) as u8, b'0' + (frac % 10) as u8];
+        let digits =
+            [b'.', b'0' + (frac / 100) as u8, b'0' + (frac / 10 % 10) as u8, b'0' + (frac % 10) as u8];
         out.push_str(std::str::from_utf8(&digits).expect("ASCII"));
     }
 }
@@ -103,8 +104,15 @@ impl Spans {
             .lanes
             .iter()
             .map(|&(pid, lane, pid_spelling, lane_spelling)| {
-                let pid = if pid == NONE { "0".to_string() } else { keys.to_json_spelled(keys.key(pid), pid_spelling) };
-                format!(", \"pid\": {pid}, \"tid\": {}, \"ts\": ", keys.to_json_spelled(keys.key(lane), lane_spelling))
+                let pid = if pid == NONE {
+                    "0".to_string()
+                } else {
+                    keys.to_json_spelled(keys.key(pid), pid_spelling)
+                };
+                format!(
+                    ", \"pid\": {pid}, \"tid\": {}, \"ts\": ",
+                    keys.to_json_spelled(keys.key(lane), lane_spelling)
+                )
             })
             .collect();
         let tail = format!(", \"args\": {{\"cgfast\": \"scope\", \"key\": {}}}}}", quote(key));
@@ -156,7 +164,9 @@ pub fn scope_spans<'a>(index: &TraceIndex, value_of: impl Fn(NodeId) -> Option<&
         let (Some(start), Some(dur)) = (ticks(ts), ticks(e.dur())) else { continue };
         let base = *base.get_or_insert(start);
         // a trace spanning centuries has no spans past them
-        let (Ok(start), Ok(end)) = (i64::try_from(start - base), i64::try_from(start + dur - base)) else { continue };
+        let (Ok(start), Ok(end)) = (i64::try_from(start - base), i64::try_from(start + dur - base)) else {
+            continue;
+        };
         let chain = match e.annotation() {
             Some(node) => *chain_of.entry(node).or_insert_with(|| match value_of(node) {
                 Some(v) => {

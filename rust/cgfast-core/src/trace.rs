@@ -110,7 +110,9 @@ impl Node {
     pub fn joined(self, graph_id: Option<i64>) -> Node {
         match (self, graph_id) {
             (Node::Zero, Some(g)) if g > 0 => Node::Id((g as NodeId) << 32),
-            (Node::Id(local), Some(g)) if g > 0 && (0..1 << 32).contains(&local) => Node::Id((g as NodeId) << 32 | local),
+            (Node::Id(local), Some(g)) if g > 0 && (0..1 << 32).contains(&local) => {
+                Node::Id((g as NodeId) << 32 | local)
+            }
             (node, _) => node,
         }
     }
@@ -119,7 +121,12 @@ impl Node {
 /// Whether the event needs more than its lane recorded: the scanner decodes the
 /// other fields only for these.
 pub fn is_tracked(cat: Cat, ph: Ph, node: Node) -> bool {
-    node != Node::Missing || cat.is_work() || cat == Cat::UserAnnotation || cat == Cat::Runtime || cat == Cat::Ac2g || ph == Ph::Meta
+    node != Node::Missing
+        || cat.is_work()
+        || cat == Cat::UserAnnotation
+        || cat == Cat::Runtime
+        || cat == Cat::Ac2g
+        || ph == Ph::Meta
 }
 
 /// What an event says about itself, decoded from JSON or from a Python dict.
@@ -677,7 +684,10 @@ impl TraceIndex {
             self.flows.push(Flow { ordinal, pid, tid, new_tid: NONE, follows: NONE, ts: value, flags });
             return Kept::Flow(self.flows.len() - 1);
         }
-        let tracked = ev.node != Node::Missing || ev.cat.is_work() || ev.cat == Cat::UserAnnotation || ev.ph == Ph::Meta;
+        let tracked = ev.node != Node::Missing
+            || ev.cat.is_work()
+            || ev.cat == Cat::UserAnnotation
+            || ev.ph == Ph::Meta;
         if !tracked {
             if ev.ph != Ph::Meta {
                 self.use_lane(tid);
@@ -784,8 +794,10 @@ impl TraceIndex {
     /// is element `offset`. Its events and flows move here: its vectors are left empty,
     /// their room kept for another segment.
     pub fn append(&mut self, next: &mut TraceIndex, offset: u32) {
-        let keys: Vec<KeyId> = (0..next.keys.count() as KeyId).map(|id| self.keys.import(&next.keys, id)).collect();
-        let names: Vec<u32> = (0..next.names.len() as u32).map(|id| self.names.intern(next.names.get(id))).collect();
+        let keys: Vec<KeyId> =
+            (0..next.keys.count() as KeyId).map(|id| self.keys.import(&next.keys, id)).collect();
+        let names: Vec<u32> =
+            (0..next.names.len() as u32).map(|id| self.names.intern(next.names.get(id))).collect();
         let shapes: Vec<u32> = next.shapes.iter().map(|gb| self.shape_id(*gb)).collect();
         for (id, used) in next.untracked_lanes.iter().enumerate() {
             if *used {
@@ -797,8 +809,16 @@ impl TraceIndex {
         self.malformed_stamps += std::mem::take(&mut next.malformed_stamps);
         self.split_ids |= next.split_ids;
         let r = Renames { keys, names, shapes, offset };
-        self.launches.extend(next.launches.drain(..).map(|l| Launch { pid: r.key(l.pid), tid: r.key(l.tid), ..l }));
-        self.stamps.extend(next.stamps.drain(..).map(|s| Stamp { pid: r.key(s.pid), tid: r.key(s.tid), ..s }));
+        self.launches.extend(next.launches.drain(..).map(|l| Launch {
+            pid: r.key(l.pid),
+            tid: r.key(l.tid),
+            ..l
+        }));
+        self.stamps.extend(next.stamps.drain(..).map(|s| Stamp {
+            pid: r.key(s.pid),
+            tid: r.key(s.tid),
+            ..s
+        }));
         self.events.extend(next.events.drain(..).map(|mut e| {
             e.ordinal += r.offset;
             e.pid = r.key(e.pid);
@@ -841,7 +861,14 @@ impl TraceIndex {
 }
 
 pub fn is_graph_launch(name: &str) -> bool {
-    matches!(name, "cudaGraphLaunch" | "cudaGraphLaunch_v10000" | "cuGraphLaunch" | "cuGraphLaunch_ptsz" | "cudaGraphLaunch_ptsz")
+    matches!(
+        name,
+        "cudaGraphLaunch"
+            | "cudaGraphLaunch_v10000"
+            | "cuGraphLaunch"
+            | "cuGraphLaunch_ptsz"
+            | "cudaGraphLaunch_ptsz"
+    )
 }
 
 #[cfg(test)]

@@ -261,7 +261,10 @@ mod tests {
         assert_eq!(dict.py_str(), "{'k': \"it's\"}");
         assert_eq!(Value::Tuple(vec![Value::Int(1)]).py_str(), "(1,)");
         assert_eq!(Value::Bytes(b"a\x00".to_vec()).py_str(), "b'a\\x00'");
-        assert_eq!(Value::List(vec![Value::Str("\u{600}\u{378}\u{e0001}é".into())]).py_str(), "['\\u0600\\u0378\\U000e0001é']");
+        assert_eq!(
+            Value::List(vec![Value::Str("\u{600}\u{378}\u{e0001}é".into())]).py_str(),
+            "['\\u0600\\u0378\\U000e0001é']"
+        );
         assert_eq!(Value::BigInt("1".repeat(45)).py_str(), "1".repeat(45));
     }
 

@@ -31,7 +31,8 @@ impl Writes {
                 None => all.push((key.clone(), quote(key), quote(value))),
             }
         }
-        let (in_place, others): (Vec<Quoted>, Vec<Quoted>) = all.iter().cloned().partition(|w| IN_PLACE.contains(&w.0.as_str()));
+        let (in_place, others): (Vec<Quoted>, Vec<Quoted>) =
+            all.iter().cloned().partition(|w| IN_PLACE.contains(&w.0.as_str()));
         let mut run = String::new();
         for (_, quoted_key, value) in &others {
             if !run.is_empty() {
@@ -48,7 +49,12 @@ impl Writes {
     pub fn with_raw(mut self, key: &str, json: &str) -> Writes {
         self.all.retain(|w| w.0 != key);
         self.all.push((key.to_string(), quote(key), json.to_string()));
-        let run: Vec<String> = self.all.iter().filter(|w| !IN_PLACE.contains(&w.0.as_str())).map(|(_, k, v)| format!("{k}: {v}")).collect();
+        let run: Vec<String> = self
+            .all
+            .iter()
+            .filter(|w| !IN_PLACE.contains(&w.0.as_str()))
+            .map(|(_, k, v)| format!("{k}: {v}"))
+            .collect();
         self.run = run.join(", ");
         self
     }
@@ -61,13 +67,20 @@ impl Writes {
     /// with `places` that also gets a `stream` when `lane_written`: after an appended
     /// `graph node id` (a recovered one comes first), never before an appended `stream`.
     pub fn run_fits(&self, places: &Places, lane_written: bool) -> bool {
-        (places.stream.is_some() || (!lane_written && !self.writes_key("stream"))) && (places.node.is_some() || !self.writes_key("graph node id"))
+        (places.stream.is_some() || (!lane_written && !self.writes_key("stream")))
+            && (places.node.is_some() || !self.writes_key("graph node id"))
     }
 }
 
 /// An event's `args` writes in order: a recovered `graph node id`, the annotation's
 /// (`all` of them, or only [`Writes::in_place`]), the `stream` of its lane.
-pub fn args_writes<'b>(args: &mut Vec<Set<'b>>, node: Option<&'b str>, writes: Option<&'b Writes>, all: bool, stream: Option<&'b str>) {
+pub fn args_writes<'b>(
+    args: &mut Vec<Set<'b>>,
+    node: Option<&'b str>,
+    writes: Option<&'b Writes>,
+    all: bool,
+    stream: Option<&'b str>,
+) {
     args.clear();
     if let Some(n) = node {
         args.push(Set { key: "graph node id", quoted_key: "\"graph node id\"", value: n });
@@ -96,7 +109,10 @@ mod tests {
         assert_eq!(keys, ["name", "module", "stream", "layer"]);
         assert_eq!(writes.all[0].2, "\"b\"");
         assert_eq!(writes.run, r#""name": "b", "module": "m", "layer": "0""#);
-        assert_eq!(writes.in_place, vec![("stream".to_string(), "\"stream\"".to_string(), "\"60\"".to_string())]);
+        assert_eq!(
+            writes.in_place,
+            vec![("stream".to_string(), "\"stream\"".to_string(), "\"60\"".to_string())]
+        );
         assert!(writes.writes_key("stream") && !writes.writes_key("graph node id"));
     }
 
@@ -110,8 +126,17 @@ mod tests {
             }
             None => crate::scan::Rel::NONE,
         };
-        let args_close = event.find("\"args\": {").map_or(u16::MAX, |at| (at + event[at..].find('}').unwrap()) as u16);
-        Places { tid: rel("tid"), ts: rel("ts"), stream: rel("stream"), node: rel("graph node id"), args_close, args_empty: event.contains("\"args\": {}"), exact: true }
+        let args_close =
+            event.find("\"args\": {").map_or(u16::MAX, |at| (at + event[at..].find('}').unwrap()) as u16);
+        Places {
+            tid: rel("tid"),
+            ts: rel("ts"),
+            stream: rel("stream"),
+            node: rel("graph node id"),
+            args_close,
+            args_empty: event.contains("\"args\": {}"),
+            exact: true,
+        }
     }
 
     #[test]
@@ -150,7 +175,11 @@ mod tests {
                         let mut spliced = Vec::new();
                         if splice(event.as_bytes(), &places, &some, &writes.run, &mut spliced) {
                             compared += 1;
-                            assert_eq!(String::from_utf8(spliced).unwrap(), String::from_utf8(parsed).unwrap(), "{event} {writes:?} {node:?} {lane:?}");
+                            assert_eq!(
+                                String::from_utf8(spliced).unwrap(),
+                                String::from_utf8(parsed).unwrap(),
+                                "{event} {writes:?} {node:?} {lane:?}"
+                            );
                         }
                     }
                 }

@@ -56,7 +56,12 @@ pub fn key_to_py<'py>(py: Python<'py>, key: Key, keys: &Keys) -> PyResult<Bound<
 }
 
 /// A key as Python wrote it: `7`, `7.0` or `True`.
-pub fn spelled_key_to_py<'py>(py: Python<'py>, key: Key, spelling: cgfast_core::key::Spelling, keys: &Keys) -> PyResult<Bound<'py, PyAny>> {
+pub fn spelled_key_to_py<'py>(
+    py: Python<'py>,
+    key: Key,
+    spelling: cgfast_core::key::Spelling,
+    keys: &Keys,
+) -> PyResult<Bound<'py, PyAny>> {
     use cgfast_core::key::Spelling;
     Ok(match (key, spelling) {
         (Key::Int(i), Spelling::Float) => (i as f64).into_pyobject(py)?.into_any(),
@@ -90,7 +95,11 @@ pub fn value_of(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
     } else if let Ok(t) = obj.cast::<PyTuple>() {
         Value::Tuple(t.iter().map(|x| value_of(&x, depth + 1)).collect::<PyResult<_>>()?)
     } else if let Ok(d) = obj.cast::<PyDict>() {
-        Value::Dict(d.iter().map(|(k, v)| Ok((value_of(&k, depth + 1)?, value_of(&v, depth + 1)?))).collect::<PyResult<_>>()?)
+        Value::Dict(
+            d.iter()
+                .map(|(k, v)| Ok((value_of(&k, depth + 1)?, value_of(&v, depth + 1)?)))
+                .collect::<PyResult<_>>()?,
+        )
     } else {
         Value::Str(obj.str()?.to_string())
     })
@@ -105,8 +114,14 @@ pub fn value_to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny
         Value::Float(f) => f.into_pyobject(py)?.into_any(),
         Value::Str(s) => PyString::new(py, s).into_any(),
         Value::Bytes(b) => PyBytes::new(py, b).into_any(),
-        Value::List(items) => PyList::new(py, items.iter().map(|x| value_to_py(py, x)).collect::<PyResult<Vec<_>>>()?)?.into_any(),
-        Value::Tuple(items) => PyTuple::new(py, items.iter().map(|x| value_to_py(py, x)).collect::<PyResult<Vec<_>>>()?)?.into_any(),
+        Value::List(items) => {
+            PyList::new(py, items.iter().map(|x| value_to_py(py, x)).collect::<PyResult<Vec<_>>>()?)?
+                .into_any()
+        }
+        Value::Tuple(items) => {
+            PyTuple::new(py, items.iter().map(|x| value_to_py(py, x)).collect::<PyResult<Vec<_>>>()?)?
+                .into_any()
+        }
         Value::Dict(entries) => {
             let d = PyDict::new(py);
             for (k, v) in entries {
@@ -125,15 +140,25 @@ fn node_id(key: &Bound<'_, PyAny>) -> PyResult<cgfast_core::trace::NodeId> {
 }
 
 /// A mapping of node id -> annotation list (and optional topology) as core annotations.
-pub fn annotations_of(mapping: &Bound<'_, PyAny>, graphs: Option<&Bound<'_, PyAny>>) -> PyResult<Annotations> {
-    let mapping = mapping.cast::<PyMapping>().map_err(|_| PyTypeError::new_err("annotations must be a mapping of node id -> list"))?;
+pub fn annotations_of(
+    mapping: &Bound<'_, PyAny>,
+    graphs: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Annotations> {
+    let mapping = mapping
+        .cast::<PyMapping>()
+        .map_err(|_| PyTypeError::new_err("annotations must be a mapping of node id -> list"))?;
     let mut out = Annotations::default();
     for entry in mapping.items()?.iter() {
         let (key, items): (Bound<'_, PyAny>, Bound<'_, PyAny>) = entry.extract()?;
         let node = node_id(&key)?;
         let items = match value_of(&items, 0)? {
             Value::List(xs) | Value::Tuple(xs) => xs.into_iter().map(Item::from_value).collect(),
-            other => return Err(PyTypeError::new_err(format!("annotations of node {node} must be a list, not {}", other.py_str()))),
+            other => {
+                return Err(PyTypeError::new_err(format!(
+                    "annotations of node {node} must be a list, not {}",
+                    other.py_str()
+                )))
+            }
         };
         out.nodes.insert(node, items);
     }
@@ -149,13 +174,17 @@ fn dims_of(obj: Option<Bound<'_, PyAny>>) -> PyResult<Option<[u32; 3]>> {
         Some(o) if o.is_none() => Ok(None),
         Some(o) => {
             let v: Vec<u32> = o.extract()?;
-            <[u32; 3]>::try_from(v).map(Some).map_err(|_| PyValueError::new_err("grid and block have three dimensions"))
+            <[u32; 3]>::try_from(v)
+                .map(Some)
+                .map_err(|_| PyValueError::new_err("grid and block have three dimensions"))
         }
     }
 }
 
 fn graphs_of(graphs: &Bound<'_, PyAny>) -> PyResult<BTreeMap<u32, Vec<GraphNode>>> {
-    let graphs = graphs.cast::<PyMapping>().map_err(|_| PyTypeError::new_err("graphs must be a mapping of exec graph id -> nodes"))?;
+    let graphs = graphs
+        .cast::<PyMapping>()
+        .map_err(|_| PyTypeError::new_err("graphs must be a mapping of exec graph id -> nodes"))?;
     let mut out = BTreeMap::new();
     for entry in graphs.items()?.iter() {
         let (exec_id, nodes): (u32, Bound<'_, PyAny>) = entry.extract()?;
@@ -163,19 +192,33 @@ fn graphs_of(graphs: &Bound<'_, PyAny>) -> PyResult<BTreeMap<u32, Vec<GraphNode>
         for node in nodes.try_iter()? {
             let node = node?;
             let field = |name: &str| node.get_item(name).ok().filter(|v| !v.is_none());
-            let id: i64 = field("id").ok_or_else(|| PyValueError::new_err("a graph node has no \"id\""))?.extract()?;
-            let kind_name: String = field("type").ok_or_else(|| PyValueError::new_err("a graph node has no \"type\""))?.extract()?;
-            let kind = NodeKind::from_name(&kind_name).ok_or_else(|| PyValueError::new_err(format!("unknown graph node type {kind_name:?}")))?;
+            let id: i64 =
+                field("id").ok_or_else(|| PyValueError::new_err("a graph node has no \"id\""))?.extract()?;
+            let kind_name: String = field("type")
+                .ok_or_else(|| PyValueError::new_err("a graph node has no \"type\""))?
+                .extract()?;
+            let kind = NodeKind::from_name(&kind_name)
+                .ok_or_else(|| PyValueError::new_err(format!("unknown graph node type {kind_name:?}")))?;
             let name: Option<String> = field("name").map(|n| n.extract()).transpose()?;
             let deps: Vec<i64> = field("deps").map(|d| d.extract()).transpose()?.unwrap_or_default();
-            decoded.push(GraphNode { id, kind, name, deps, grid: dims_of(field("grid"))?, block: dims_of(field("block"))? });
+            decoded.push(GraphNode {
+                id,
+                kind,
+                name,
+                deps,
+                grid: dims_of(field("grid"))?,
+                block: dims_of(field("block"))?,
+            });
         }
         out.insert(exec_id, decoded);
     }
     Ok(out)
 }
 
-pub fn graphs_to_py<'py>(py: Python<'py>, graphs: &BTreeMap<u32, Vec<GraphNode>>) -> PyResult<Bound<'py, PyDict>> {
+pub fn graphs_to_py<'py>(
+    py: Python<'py>,
+    graphs: &BTreeMap<u32, Vec<GraphNode>>,
+) -> PyResult<Bound<'py, PyDict>> {
     let out = PyDict::new(py);
     for (exec_id, nodes) in graphs {
         let list = PyList::empty(py);
@@ -203,7 +246,10 @@ pub fn json_to_py<'py>(py: Python<'py>, v: &serde_json::Value) -> PyResult<Bound
             None => n.as_f64().unwrap_or(f64::NAN).into_pyobject(py)?.into_any(),
         },
         serde_json::Value::String(s) => PyString::new(py, s).into_any(),
-        serde_json::Value::Array(items) => PyList::new(py, items.iter().map(|x| json_to_py(py, x)).collect::<PyResult<Vec<_>>>()?)?.into_any(),
+        serde_json::Value::Array(items) => {
+            PyList::new(py, items.iter().map(|x| json_to_py(py, x)).collect::<PyResult<Vec<_>>>()?)?
+                .into_any()
+        }
         serde_json::Value::Object(map) => {
             let d = PyDict::new(py);
             for (k, v) in map {

@@ -6,10 +6,10 @@ use std::collections::HashMap;
 use cgfast_core::key::{Key, Spelling};
 use cgfast_core::passes::{self, AsksLane, FlowLink, OddEvents, Refusal, Refused};
 use cgfast_core::trace::{Cat, Field, Node, NodeId, Observed, Ph, TraceIndex, NONE};
-use std::collections::HashSet;
 use pyo3::exceptions::{PyAttributeError, PyKeyError, PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
+use std::collections::HashSet;
 
 use crate::convert::{key_of, key_to_py, num_of, num_to_py, spelled_key_to_py};
 
@@ -147,14 +147,23 @@ fn index_of(events: &Bound<'_, PyList>) -> PyResult<DictIndex> {
 /// The reference calls `event.get(...)` and `event.get("args", {}).get(...)`: an event
 /// that is not a dict, or whose `args` is not one, fails there with AttributeError
 /// (for `args`, only on the events that `reads_args` says it looks into).
-fn check_dicts(events: &Bound<'_, PyList>, reads_args: impl Fn(&Bound<'_, PyDict>) -> PyResult<bool>) -> PyResult<()> {
+fn check_dicts(
+    events: &Bound<'_, PyList>,
+    reads_args: impl Fn(&Bound<'_, PyDict>) -> PyResult<bool>,
+) -> PyResult<()> {
     for (i, ev) in events.iter().enumerate() {
         let Ok(d) = ev.cast::<PyDict>() else {
-            return Err(PyAttributeError::new_err(format!("traceEvents[{i}] is {}, not a dict", ev.get_type().name()?)));
+            return Err(PyAttributeError::new_err(format!(
+                "traceEvents[{i}] is {}, not a dict",
+                ev.get_type().name()?
+            )));
         };
         if let Some(args) = d.get_item("args")? {
             if !args.is_instance_of::<PyDict>() && reads_args(d)? {
-                return Err(PyAttributeError::new_err(format!("traceEvents[{i}][\"args\"] is {}, not a dict", args.get_type().name()?)));
+                return Err(PyAttributeError::new_err(format!(
+                    "traceEvents[{i}][\"args\"] is {}, not a dict",
+                    args.get_type().name()?
+                )));
             }
         }
     }
@@ -177,17 +186,30 @@ fn has_node(event: &Bound<'_, PyDict>) -> PyResult<bool> {
 
 /// The reference keys sets and dicts by every event's `tid`, and by the `(tid, ts)` of
 /// flow-finish and graphed events: a value that can not be a key fails with TypeError.
-fn check_keys(events: &Bound<'_, PyList>, which: impl Fn(&Bound<'_, PyDict>) -> PyResult<(bool, bool)>) -> PyResult<()> {
+fn check_keys(
+    events: &Bound<'_, PyList>,
+    which: impl Fn(&Bound<'_, PyDict>) -> PyResult<(bool, bool)>,
+) -> PyResult<()> {
     for (i, ev) in events.iter().enumerate() {
         let Ok(d) = ev.cast::<PyDict>() else { continue };
         let (tid_is_key, ts_is_key) = which(d)?;
         for (field, is_key) in [("tid", tid_is_key), ("ts", ts_is_key)] {
             if is_key && unhashable(d, field)? {
-                return Err(PyTypeError::new_err(format!("traceEvents[{i}][\"{field}\"] can not be a dict key")));
+                return Err(PyTypeError::new_err(format!(
+                    "traceEvents[{i}][\"{field}\"] can not be a dict key"
+                )));
             }
         }
-        if ts_is_key && args_of(d)?.map(|a| a.get_item("graph node id")).transpose()?.flatten().is_some_and(|n| n.hash().is_err()) {
-            return Err(PyTypeError::new_err(format!("traceEvents[{i}][\"args\"][\"graph node id\"] can not be a dict key")));
+        if ts_is_key
+            && args_of(d)?
+                .map(|a| a.get_item("graph node id"))
+                .transpose()?
+                .flatten()
+                .is_some_and(|n| n.hash().is_err())
+        {
+            return Err(PyTypeError::new_err(format!(
+                "traceEvents[{i}][\"args\"][\"graph node id\"] can not be a dict key"
+            )));
         }
     }
     Ok(())
@@ -216,9 +238,15 @@ fn refusal_error(events: &Bound<'_, PyList>, dict_index: &DictIndex, refused: Re
     }
     let value = event.get_item(field)?;
     if dict_index.big_ints.contains(&ordinal) && is_big_int(Some(&value)) {
-        return Ok(PyOverflowError::new_err(format!("traceEvents[{ordinal}][\"{field}\"] = {} is beyond 64 bits", value.repr()?)));
+        return Ok(PyOverflowError::new_err(format!(
+            "traceEvents[{ordinal}][\"{field}\"] = {} is beyond 64 bits",
+            value.repr()?
+        )));
     }
-    Ok(PyTypeError::new_err(format!("traceEvents[{ordinal}][\"{field}\"] = {} is not a number", value.repr()?)))
+    Ok(PyTypeError::new_err(format!(
+        "traceEvents[{ordinal}][\"{field}\"] = {} is not a number",
+        value.repr()?
+    )))
 }
 
 /// A node's annotation with Python's own `str()` and `int()` applied.
@@ -233,7 +261,11 @@ impl AsksLane for PyResolved<'_> {
     }
 }
 
-fn resolve<'py>(py: Python<'py>, index: &TraceIndex, annotations: &Bound<'py, PyAny>) -> PyResult<HashMap<NodeId, PyResolved<'py>>> {
+fn resolve<'py>(
+    py: Python<'py>,
+    index: &TraceIndex,
+    annotations: &Bound<'py, PyAny>,
+) -> PyResult<HashMap<NodeId, PyResolved<'py>>> {
     let mut out = HashMap::new();
     let annotation_key = PyString::new(py, "annotation").into_any();
     for e in &index.events {
@@ -283,14 +315,21 @@ fn args_of<'py>(event: &Bound<'py, PyDict>) -> PyResult<Option<Bound<'py, PyDict
 /// that are not dicts), changing nothing then.
 #[pyfunction]
 #[pyo3(signature = (trace, annotations, default_stream = 7))]
-pub fn annotate_trace(py: Python<'_>, trace: &Bound<'_, PyDict>, annotations: &Bound<'_, PyAny>, default_stream: i64) -> PyResult<u64> {
+pub fn annotate_trace(
+    py: Python<'_>,
+    trace: &Bound<'_, PyDict>,
+    annotations: &Bound<'_, PyAny>,
+    default_stream: i64,
+) -> PyResult<u64> {
     let events = events_of(trace)?;
     check_dicts(&events, |_| Ok(true))?;
     check_keys(&events, |d| Ok((true, is_flow_finish(d)? || has_node(d)?)))?;
     let mut index = index_of(&events)?.index;
     let resolved = resolve(py, &index, annotations)?;
     let outcome = passes::annotate(&mut index, &resolved, default_stream, FlowLink::AtTidTs);
-    let event_at = |ordinal: u32| -> PyResult<Bound<'_, PyDict>> { Ok(events.get_item(ordinal as usize)?.cast_into::<PyDict>()?) };
+    let event_at = |ordinal: u32| -> PyResult<Bound<'_, PyDict>> {
+        Ok(events.get_item(ordinal as usize)?.cast_into::<PyDict>()?)
+    };
 
     for e in &index.events {
         let Some(stream) = e.new_stream(&index.keys) else { continue };
@@ -354,11 +393,23 @@ pub fn annotate_trace(py: Python<'_>, trace: &Bound<'_, PyDict>, annotations: &B
 /// changes nothing.
 #[pyfunction]
 #[pyo3(signature = (trace, default_stream = 7, overlap_stream = 8))]
-pub fn move_overlapping_to_stream(trace: &Bound<'_, PyDict>, default_stream: i64, overlap_stream: i64) -> PyResult<u64> {
+pub fn move_overlapping_to_stream(
+    trace: &Bound<'_, PyDict>,
+    default_stream: i64,
+    overlap_stream: i64,
+) -> PyResult<u64> {
     let events = events_of(trace)?;
-    check_dicts(&events, |d| Ok(str_field(d, "cat")?.as_deref() == Some("kernel") && d.get_item("tid")?.is_some_and(|t| t.eq(default_stream).unwrap_or(false))))?;
+    check_dicts(&events, |d| {
+        Ok(str_field(d, "cat")?.as_deref() == Some("kernel")
+            && d.get_item("tid")?.is_some_and(|t| t.eq(default_stream).unwrap_or(false)))
+    })?;
     let mut dict_index = index_of(&events)?;
-    let moved = match passes::move_overlapping_or_refuse(&mut dict_index.index, default_stream, overlap_stream, OddEvents::Refuse) {
+    let moved = match passes::move_overlapping_or_refuse(
+        &mut dict_index.index,
+        default_stream,
+        overlap_stream,
+        OddEvents::Refuse,
+    ) {
         Ok(moved) => moved,
         Err(refused) => return Err(refusal_error(&events, &dict_index, refused)?),
     };
@@ -383,16 +434,23 @@ pub fn move_overlapping_to_stream(trace: &Bound<'_, PyDict>, default_stream: i64
 /// OverflowError beyond 64-bit integers) and changes nothing.
 #[pyfunction]
 #[pyo3(signature = (trace, max_adjust_us = 1.0))]
-pub fn fix_overlapping_timestamps(py: Python<'_>, trace: &Bound<'_, PyDict>, max_adjust_us: f64) -> PyResult<u64> {
+pub fn fix_overlapping_timestamps(
+    py: Python<'_>,
+    trace: &Bound<'_, PyDict>,
+    max_adjust_us: f64,
+) -> PyResult<u64> {
     let events = events_of(trace)?;
-    let is_work = |d: &Bound<'_, PyDict>| -> PyResult<bool> { Ok(str_field(d, "cat")?.is_some_and(|c| Cat::from_name(&c).is_work())) };
+    let is_work = |d: &Bound<'_, PyDict>| -> PyResult<bool> {
+        Ok(str_field(d, "cat")?.is_some_and(|c| Cat::from_name(&c).is_work()))
+    };
     check_dicts(&events, is_work)?;
     check_keys(&events, |d| Ok((is_work(d)? && graphed(d)?, false)))?;
     let mut dict_index = index_of(&events)?;
-    let fixed = match passes::fix_timestamps_or_refuse(&mut dict_index.index, max_adjust_us, OddEvents::Refuse) {
-        Ok(fixed) => fixed,
-        Err(refused) => return Err(refusal_error(&events, &dict_index, refused)?),
-    };
+    let fixed =
+        match passes::fix_timestamps_or_refuse(&mut dict_index.index, max_adjust_us, OddEvents::Refuse) {
+            Ok(fixed) => fixed,
+            Err(refused) => return Err(refusal_error(&events, &dict_index, refused)?),
+        };
     let index = dict_index.index;
     for e in &index.events {
         if let Some(ts) = e.new_ts() {

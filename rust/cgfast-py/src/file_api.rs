@@ -4,11 +4,11 @@ use std::path::PathBuf;
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use cgfast_core::{annotation_file, cancel};
 use cgfast_core::annotations::Annotations;
 use cgfast_core::paths::{default_output, discover_annotations};
 use cgfast_core::pipeline::{self, Options};
 use cgfast_core::recover::Recover;
+use cgfast_core::{annotation_file, cancel};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
@@ -32,7 +32,9 @@ fn recover_mode(name: &str) -> PyResult<Recover> {
         "auto" => Ok(Recover::Auto),
         "always" => Ok(Recover::Always),
         "never" => Ok(Recover::Never),
-        other => Err(PyValueError::new_err(format!("recover must be 'auto', 'always' or 'never', not {other:?}"))),
+        other => {
+            Err(PyValueError::new_err(format!("recover must be 'auto', 'always' or 'never', not {other:?}")))
+        }
     }
 }
 
@@ -56,7 +58,9 @@ fn recover_mode(name: &str) -> PyResult<Recover> {
 /// ValueError for bad options, and KeyboardInterrupt (after cleaning up) on Ctrl-C.
 #[pyfunction]
 #[pyo3(signature = (trace, annotations = None, output = None, *, default_stream = 7, overlap_stream = 8, max_adjust_us = 1.0, recover = "auto", gzip_level = 3, topology_only = false, spans = Some(pipeline::DEFAULT_SPANS.to_string()), lanes = "all"))]
-#[pyo3(text_signature = "(trace, annotations=None, output=None, *, default_stream=7, overlap_stream=8, max_adjust_us=1.0, recover='auto', gzip_level=3, topology_only=False, spans='module', lanes='all')")]
+#[pyo3(
+    text_signature = "(trace, annotations=None, output=None, *, default_stream=7, overlap_stream=8, max_adjust_us=1.0, recover='auto', gzip_level=3, topology_only=False, spans='module', lanes='all')"
+)]
 #[allow(clippy::too_many_arguments)]
 pub fn annotate_file<'py>(
     py: Python<'py>,
@@ -80,9 +84,13 @@ pub fn annotate_file<'py>(
     if spans.as_deref() == Some("") {
         return Err(PyValueError::new_err("spans must be an annotation key, or None for no spans"));
     }
-    let lanes = pipeline::Lanes::parse(lanes).ok_or_else(|| PyValueError::new_err(format!("lanes must be 'all', 'none' or 'reference', not {lanes:?}")))?;
+    let lanes = pipeline::Lanes::parse(lanes).ok_or_else(|| {
+        PyValueError::new_err(format!("lanes must be 'all', 'none' or 'reference', not {lanes:?}"))
+    })?;
     let (annotations_path, annotations): (Option<PathBuf>, Annotations) = match annotations {
-        Some(a) if !a.is_none() && a.cast::<PyString>().is_err() && a.hasattr("items")? => (None, annotations_of(a, None)?),
+        Some(a) if !a.is_none() && a.cast::<PyString>().is_err() && a.hasattr("items")? => {
+            (None, annotations_of(a, None)?)
+        }
         Some(a) if !a.is_none() => {
             let path = path_of(a)?.expect("not None");
             let loaded = py.detach(|| annotation_file::read(&path)).map_err(TraceError::new_err)?;
@@ -101,8 +109,19 @@ pub fn annotate_file<'py>(
         None => None,
     }
     .unwrap_or_else(|| default_output(&trace));
-    let options = Options { default_stream, overlap_stream, max_adjust_us, recover: recover_mode(recover)?, gzip_level, topology_only, spans: spans.filter(|key| key != "none"), lanes };
-    let (result, raised) = interruptible(py, || pipeline::annotate_file(&trace, &annotations, &output, &options, &mut |_, _, _| {}))?;
+    let options = Options {
+        default_stream,
+        overlap_stream,
+        max_adjust_us,
+        recover: recover_mode(recover)?,
+        gzip_level,
+        topology_only,
+        spans: spans.filter(|key| key != "none"),
+        lanes,
+    };
+    let (result, raised) = interruptible(py, || {
+        pipeline::annotate_file(&trace, &annotations, &output, &options, &mut |_, _, _| {})
+    })?;
     if let Some(e) = raised {
         return Err(e);
     }
@@ -117,14 +136,18 @@ pub fn annotate_file<'py>(
 /// frames (`file:line:function`, innermost first; empty without a stacks section). Raises `TraceError` for a file that is
 /// neither.
 #[pyfunction]
-pub fn read_annotations<'py>(py: Python<'py>, path: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>, Bound<'py, PyDict>)> {
+pub fn read_annotations<'py>(
+    py: Python<'py>,
+    path: &Bound<'py, PyAny>,
+) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>, Bound<'py, PyDict>)> {
     let path = path_of(path)?.ok_or_else(|| PyValueError::new_err("path must not be None"))?;
     let loaded = py.detach(|| annotation_file::read(&path)).map_err(TraceError::new_err)?;
     let nodes = PyDict::new(py);
     let mut ids: Vec<&cgfast_core::trace::NodeId> = loaded.nodes.keys().collect();
     ids.sort_unstable();
     for id in ids {
-        let items: Vec<Bound<'py, PyAny>> = loaded.nodes[id].iter().map(|item| value_to_py(py, &item.to_value())).collect::<PyResult<_>>()?;
+        let items: Vec<Bound<'py, PyAny>> =
+            loaded.nodes[id].iter().map(|item| value_to_py(py, &item.to_value())).collect::<PyResult<_>>()?;
         nodes.set_item(*id, items)?;
     }
     let stacks = PyDict::new(py);
@@ -181,7 +204,10 @@ fn interruptible<T: Send>(py: Python<'_>, work: impl FnOnce() -> T + Send) -> Py
         let mut raised = None;
         let wait = || {
             let done = finished.0.lock().unwrap_or_else(PoisonError::into_inner);
-            let (done, _) = finished.1.wait_timeout_while(done, Duration::from_millis(20), |done| !*done).unwrap_or_else(PoisonError::into_inner);
+            let (done, _) = finished
+                .1
+                .wait_timeout_while(done, Duration::from_millis(20), |done| !*done)
+                .unwrap_or_else(PoisonError::into_inner);
             *done
         };
         // (a panicking work never says it finished: joining reports it)
@@ -193,7 +219,9 @@ fn interruptible<T: Send>(py: Python<'_>, work: impl FnOnce() -> T + Send) -> Py
                 }
             }
         }
-        let result = worker.join().map_err(|_| PyRuntimeError::new_err("cgfast: internal error (a bug: please report it)"))?;
+        let result = worker
+            .join()
+            .map_err(|_| PyRuntimeError::new_err("cgfast: internal error (a bug: please report it)"))?;
         Ok((result, raised))
     })
 }

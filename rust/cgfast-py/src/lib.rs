@@ -7,7 +7,12 @@ mod summary_api;
 
 use pyo3::prelude::*;
 
-pyo3::create_exception!(cgfast, TraceError, pyo3::exceptions::PyValueError, "A trace or annotation file cannot be processed.");
+pyo3::create_exception!(
+    cgfast,
+    TraceError,
+    pyo3::exceptions::PyValueError,
+    "A trace or annotation file cannot be processed."
+);
 
 #[pymodule]
 fn _cgfast(m: &Bound<'_, PyModule>) -> PyResult<()> {

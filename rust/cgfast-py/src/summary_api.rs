@@ -20,7 +20,9 @@ fn paths_of(obj: &Bound<'_, PyAny>) -> PyResult<Vec<PathBuf>> {
         return Ok(vec![one]);
     }
     let mut paths = Vec::new();
-    for item in obj.try_iter().map_err(|_| PyValueError::new_err("paths must be a path or an iterable of paths"))? {
+    for item in
+        obj.try_iter().map_err(|_| PyValueError::new_err("paths must be a path or an iterable of paths"))?
+    {
         paths.push(path_of(&item?)?.ok_or_else(|| PyValueError::new_err("paths must not contain None"))?);
     }
     if paths.is_empty() {
@@ -33,7 +35,11 @@ fn paths_of(obj: &Bound<'_, PyAny>) -> PyResult<Vec<PathBuf>> {
 /// `cgfast annotate`'s outputs with `annotated=True`), glob patterns expanded.
 #[pyfunction]
 #[pyo3(signature = (paths, *, annotated = false))]
-pub fn find_traces<'py>(py: Python<'py>, paths: &Bound<'py, PyAny>, annotated: bool) -> PyResult<Bound<'py, PyList>> {
+pub fn find_traces<'py>(
+    py: Python<'py>,
+    paths: &Bound<'py, PyAny>,
+    annotated: bool,
+) -> PyResult<Bound<'py, PyList>> {
     let paths = paths_of(paths)?;
     let wanted = if annotated { Wanted::Annotated } else { Wanted::Traces };
     let found = py.detach(|| inputs::find(&paths, wanted)).map_err(TraceError::new_err)?;
@@ -68,7 +74,9 @@ pub fn summary_report<'py>(
         return Err(PyValueError::new_err("depth must be at least 1 (or None: whole paths)"));
     }
     if hierarchy == Some(true) && chart.is_none() {
-        return Err(PyValueError::new_err("hierarchy draws the hierarchy in a chart: give chart='out.html' (or .svg)"));
+        return Err(PyValueError::new_err(
+            "hierarchy draws the hierarchy in a chart: give chart='out.html' (or .svg)",
+        ));
     }
     let hierarchy = Hierarchy::new(by, depth, group_layers, hierarchy);
     let paths = paths_of(paths)?;

@@ -15,7 +15,13 @@ fuzz_target!(|data: &[u8]| {
     std::fs::write(&input, data).expect("write input");
     let mut annotations = Annotations::default();
     for node in [1, 2, 4294967296] {
-        annotations.nodes.insert(node, vec![Item::Dict(vec![("name".into(), Value::Str("n".into())), ("stream".into(), Value::Int(60))]), Item::Other(Value::Str("s".into()))]);
+        annotations.nodes.insert(
+            node,
+            vec![
+                Item::Dict(vec![("name".into(), Value::Str("n".into())), ("stream".into(), Value::Int(60))]),
+                Item::Other(Value::Str("s".into())),
+            ],
+        );
     }
     let report = annotate_file(&input, &annotations, &output, &Options::default(), &mut |_, _, _| {});
     match report {

@@ -126,7 +126,12 @@ pub fn svg(summary: &Summary, rows: &[Row]) -> String {
     );
     for quarter in 1..=4 {
         let x = LABEL_W as f64 + BAR_W as f64 * quarter as f64 / 4.0;
-        let _ = writeln!(s, r##"<line x1="{x:.1}" y1="{}" x2="{x:.1}" y2="{}" stroke="#e4e4e4"/>"##, TOP - 4, height - 26);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{x:.1}" y1="{}" x2="{x:.1}" y2="{}" stroke="#e4e4e4"/>"##,
+            TOP - 4,
+            height - 26
+        );
         let _ = writeln!(
             s,
             r##"<text x="{x:.1}" y="{}" fill="#999" font-size="11" text-anchor="middle">{}</text>"##,
@@ -136,7 +141,11 @@ pub fn svg(summary: &Summary, rows: &[Row]) -> String {
     }
     for (k, b) in bars.iter().enumerate() {
         let y = TOP + ROW_H * k as u32;
-        let w = if longest > 0.0 { (b.us / longest * BAR_W as f64).max(if b.us > 0.0 { 1.0 } else { 0.0 }) } else { 0.0 };
+        let w = if longest > 0.0 {
+            (b.us / longest * BAR_W as f64).max(if b.us > 0.0 { 1.0 } else { 0.0 })
+        } else {
+            0.0
+        };
         let _ = writeln!(
             s,
             r##"<g><title>{} — {} ({:.1}%), {} kernels</title><text x="{}" y="{}" text-anchor="end" fill="#222">{}</text><rect x="{LABEL_W}" y="{}" width="{w:.1}" height="{}" fill="{}"/><text x="{:.1}" y="{}" fill="#333">{} · {:.1}%</text></g>"##,
@@ -157,10 +166,20 @@ pub fn svg(summary: &Summary, rows: &[Row]) -> String {
         );
     }
     if let Some(note) = note {
-        let _ =
-            writeln!(s, r##"<text x="{}" y="{}" fill="#555" font-style="italic">{}</text>"##, LABEL_W + 6, TOP + ROW_H * bars.len() as u32 + 15, escape(&note));
+        let _ = writeln!(
+            s,
+            r##"<text x="{}" y="{}" fill="#555" font-style="italic">{}</text>"##,
+            LABEL_W + 6,
+            TOP + ROW_H * bars.len() as u32 + 15,
+            escape(&note)
+        );
     }
-    let _ = writeln!(s, r##"<line x1="{LABEL_W}" y1="{}" x2="{LABEL_W}" y2="{}" stroke="#555"/>"##, TOP - 4, height - 26);
+    let _ = writeln!(
+        s,
+        r##"<line x1="{LABEL_W}" y1="{}" x2="{LABEL_W}" y2="{}" stroke="#555"/>"##,
+        TOP - 4,
+        height - 26
+    );
     s.push_str("</svg>\n");
     s
 }
@@ -180,8 +199,13 @@ pub fn html(summary: &Summary, rows: &[Row]) -> String {
         "<table><thead><tr><th>value</th><th>kernels</th><th>total</th><th>mean</th><th>own busy</th><th>share</th><th>top kernels</th></tr></thead><tbody>\n",
     );
     for r in rows {
-        let top: Vec<String> =
-            r.top_kernels.iter().map(|(name, n)| format!("{} ({}×, {})", escape(name), n.kernels, escape(&human_time(n.total_ns as f64 / 1e3)))).collect();
+        let top: Vec<String> = r
+            .top_kernels
+            .iter()
+            .map(|(name, n)| {
+                format!("{} ({}×, {})", escape(name), n.kernels, escape(&human_time(n.total_ns as f64 / 1e3)))
+            })
+            .collect();
         let _ = writeln!(
             s,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}%</td><td class=\"kernels\">{}</td></tr>",

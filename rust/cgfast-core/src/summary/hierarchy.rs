@@ -66,7 +66,8 @@ impl Hierarchy {
             return;
         }
         let mut values = Strings::default();
-        let ids: Vec<u32> = (0..k.values.len() as u32).map(|id| values.intern(&self.roll_up(k.values.get(id)))).collect();
+        let ids: Vec<u32> =
+            (0..k.values.len() as u32).map(|id| values.intern(&self.roll_up(k.values.get(id)))).collect();
         for kernel in &mut k.kernels {
             if kernel.value != NONE {
                 kernel.value = ids[kernel.value as usize];
@@ -102,7 +103,16 @@ pub struct Node {
 
 impl Node {
     fn new(name: &str, path: String) -> Node {
-        Node { name: name.to_string(), path, own_us: 0.0, total_us: 0.0, share: 0.0, kernels: 0, children: Vec::new(), unannotated: false }
+        Node {
+            name: name.to_string(),
+            path,
+            own_us: 0.0,
+            total_us: 0.0,
+            share: 0.0,
+            kernels: 0,
+            children: Vec::new(),
+            unannotated: false,
+        }
     }
 
     /// Levels below and including this one.
@@ -114,7 +124,8 @@ impl Node {
         let at = match self.children.iter().position(|c| c.name == name && !c.unannotated) {
             Some(at) => at,
             None => {
-                let path = if self.path.is_empty() { name.to_string() } else { format!("{}.{name}", self.path) };
+                let path =
+                    if self.path.is_empty() { name.to_string() } else { format!("{}.{name}", self.path) };
                 self.children.push(Node::new(name, path));
                 self.children.len() - 1
             }
@@ -129,7 +140,12 @@ impl Node {
         self.total_us = self.own_us + self.children.iter().map(|c| c.total_us).sum::<f64>();
         self.kernels += self.children.iter().map(|c| c.kernels).sum::<u64>();
         self.share = if busy_us > 0.0 { self.total_us / busy_us } else { 0.0 };
-        self.children.sort_by(|a, b| order_key(a).partial_cmp(&order_key(b)).unwrap_or(std::cmp::Ordering::Equal).then_with(|| a.name.cmp(&b.name)));
+        self.children.sort_by(|a, b| {
+            order_key(a)
+                .partial_cmp(&order_key(b))
+                .unwrap_or(std::cmp::Ordering::Equal)
+                .then_with(|| a.name.cmp(&b.name))
+        });
     }
 }
 
@@ -211,7 +227,10 @@ mod tests {
         assert!(tree("name", None, false, Some(true)));
         assert!(tree("name", Some(2), false, None));
         assert!(tree("stream", None, true, None));
-        assert_eq!(Hierarchy::new("module", Some(3), true, None), Hierarchy { depth: Some(3), group_layers: true, tree: true });
+        assert_eq!(
+            Hierarchy::new("module", Some(3), true, None),
+            Hierarchy { depth: Some(3), group_layers: true, tree: true }
+        );
     }
 
     #[test]
@@ -229,7 +248,10 @@ mod tests {
         let names: Vec<&str> = root.children.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["m", "(unannotated)"]);
         let m = &root.children[0];
-        assert_eq!(m.children.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["layers", "norm", "embed"]);
+        assert_eq!(
+            m.children.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+            ["layers", "norm", "embed"]
+        );
         let layers = &m.children[0];
         assert_eq!((layers.total_us, layers.own_us, layers.path.as_str()), (10.0, 0.0, "m.layers"));
         // Numbered children in their order, not by size.

@@ -99,7 +99,15 @@ fn colors_by_name(root: &Node) -> HashMap<&str, (u8, u8, u8)> {
 
 impl Layout<'_> {
     /// A cell over `[x, x + w)` px.
-    fn cell(&mut self, (x, w): (f64, f64), level: usize, fill: (u8, u8, u8), labels: &[String], tooltip: &str, italic: bool) {
+    fn cell(
+        &mut self,
+        (x, w): (f64, f64),
+        level: usize,
+        fill: (u8, u8, u8),
+        labels: &[String],
+        tooltip: &str,
+        italic: bool,
+    ) {
         let y = TOP + LEVEL_H * level as u32;
         // Whole pixels, a white one between neighbours: crisp edges.
         let (left, right) = (x.round(), (x + w).round());
@@ -144,7 +152,10 @@ impl Layout<'_> {
         let time = human_time(n.total_us);
         let shown = if n.name == ANY_LAYER { "* (layers)".to_string() } else { n.name.clone() };
         let (labels, tooltip) = if level == 0 {
-            (vec![format!("all graphed kernels · {time} busy"), "all".into()], format!("all graphed kernels — {time} of busy time, {} kernels", n.kernels))
+            (
+                vec![format!("all graphed kernels · {time} busy"), "all".into()],
+                format!("all graphed kernels — {time} of busy time, {} kernels", n.kernels),
+            )
         } else {
             let mut tooltip = format!("{} — {time} ({share} of busy time), {} kernels", n.path, n.kernels);
             if !n.children.is_empty() && n.own_us > 0.0 {
@@ -163,7 +174,11 @@ impl Layout<'_> {
         }
         if !n.children.is_empty() && n.own_us * self.scale >= 0.5 {
             let own_fill = tint(fill, 0.75);
-            let tooltip = format!("{} itself (kernels of this path, not of a path under it) — {}", n.path, human_time(n.own_us));
+            let tooltip = format!(
+                "{} itself (kernels of this path, not of a path under it) — {}",
+                n.path,
+                human_time(n.own_us)
+            );
             self.cell((at, n.own_us * self.scale), level + 1, own_fill, &["(own)".into()], &tooltip, true);
         }
     }
@@ -195,7 +210,8 @@ pub fn svg(summary: &Summary, rows: &[Row]) -> (String, u32) {
         escape(&notes.join("; "))
     );
     if root.total_us > 0.0 {
-        let mut layout = Layout { out: &mut s, scale: INNER_W / root.total_us, colors: colors_by_name(&root) };
+        let mut layout =
+            Layout { out: &mut s, scale: INNER_W / root.total_us, colors: colors_by_name(&root) };
         layout.node(&root, LEFT, 0);
     } else {
         let _ = writeln!(s, r##"<text x="16" y="{}" fill="#555">no graphed kernels</text>"##, TOP + 18);
@@ -207,7 +223,12 @@ pub fn svg(summary: &Summary, rows: &[Row]) -> (String, u32) {
 /// The icicle above the bar chart, as one SVG document.
 pub fn with_bars(summary: &Summary, rows: &[Row], bars: &str) -> String {
     let (icicle, icicle_h) = svg(summary, rows);
-    let bars_h: u32 = bars.split("height=\"").nth(1).and_then(|rest| rest.split('"').next()).and_then(|h| h.parse().ok()).unwrap_or(0);
+    let bars_h: u32 = bars
+        .split("height=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .and_then(|h| h.parse().ok())
+        .unwrap_or(0);
     let height = icicle_h + bars_h;
     format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height}\" viewBox=\"0 0 {WIDTH} {height}\">\n{icicle}{}</svg>\n",
@@ -221,7 +242,8 @@ mod tests {
 
     #[test]
     fn labels_fit_their_cells() {
-        let choices = ["layers · 1.00 ms · 50.0%".to_string(), "layers 50.0%".to_string(), "layers".to_string()];
+        let choices =
+            ["layers · 1.00 ms · 50.0%".to_string(), "layers 50.0%".to_string(), "layers".to_string()];
         assert_eq!(fit(&choices, 400.0, true).as_deref(), Some("layers · 1.00 ms · 50.0%"));
         assert_eq!(fit(&choices, 110.0, true).as_deref(), Some("layers 50.0%"));
         assert_eq!(fit(&choices, 60.0, true).as_deref(), Some("layers"));
@@ -243,12 +265,23 @@ mod tests {
             top_kernels: Vec::new(),
             per_replay: None,
         };
-        let root = tree(&[row("layers.0.attn", 3.0), row("layers.1.attn", 3.0), row("layers.1.mlp", 1.0), row("embed", 2.0)], 9.0);
+        let root = tree(
+            &[
+                row("layers.0.attn", 3.0),
+                row("layers.1.attn", 3.0),
+                row("layers.1.mlp", 1.0),
+                row("embed", 2.0),
+            ],
+            9.0,
+        );
         let colors = colors_by_name(&root);
         // layers 7, attn 6, 1 4, 0 3, embed 2, mlp 1.
         assert_eq!(colors["layers"], PALETTE[0]);
         assert_eq!(colors["attn"], PALETTE[1]);
-        assert_eq!((colors["1"], colors["0"], colors["embed"], colors["mlp"]), (PALETTE[2], PALETTE[3], PALETTE[4], PALETTE[5]));
+        assert_eq!(
+            (colors["1"], colors["0"], colors["embed"], colors["mlp"]),
+            (PALETTE[2], PALETTE[3], PALETTE[4], PALETTE[5])
+        );
         assert_eq!(text_color(TRUNK_COLOR), "#ffffff");
         assert_eq!(text_color(tint(PALETTE[0], 0.64)), "#222222");
     }

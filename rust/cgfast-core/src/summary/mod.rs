@@ -184,7 +184,8 @@ impl Summary {
             t.busy_ns += busy(kernels, &mut run.to_vec());
         }
 
-        let mut with_replay: Vec<u32> = all.iter().copied().filter(|&i| kernels[i as usize].replay.is_some()).collect();
+        let mut with_replay: Vec<u32> =
+            all.iter().copied().filter(|&i| kernels[i as usize].replay.is_some()).collect();
         with_replay.sort_unstable_by_key(|&i| (kernels[i as usize].replay, kernels[i as usize].value));
         let replay_runs = runs(&with_replay, |i| kernels[i as usize].replay);
         let mut replays = Vec::new();
@@ -192,7 +193,11 @@ impl Summary {
             for run in replay_runs {
                 let replay = replay_of(k, run, &attributed);
                 for v in &replay.values {
-                    values.get_mut(&v.value).expect("a value of this trace").per_replay_ns.push(v.attributed_ns);
+                    values
+                        .get_mut(&v.value)
+                        .expect("a value of this trace")
+                        .per_replay_ns
+                        .push(v.attributed_ns);
                 }
                 replays.push(replay);
             }
@@ -213,12 +218,25 @@ impl Summary {
             ungraphed: k.ungraphed,
             ungraphed_ns: k.ungraphed_ns,
             unusable: k.unusable,
-            unresolved: k.ungraphed_correlated.iter().filter(|(c, _)| k.graph_launches.contains(c)).count() as u64,
-            unresolved_ns: k.ungraphed_correlated.iter().filter(|(c, _)| k.graph_launches.contains(c)).map(|(_, d)| d).sum(),
+            unresolved: k.ungraphed_correlated.iter().filter(|(c, _)| k.graph_launches.contains(c)).count()
+                as u64,
+            unresolved_ns: k
+                .ungraphed_correlated
+                .iter()
+                .filter(|(c, _)| k.graph_launches.contains(c))
+                .map(|(_, d)| d)
+                .sum(),
             ambiguous: k.ambiguous,
             unmatched: k.unmatched,
         };
-        Summary { by: options.by.clone(), steps: options.steps, traces: vec![trace], values, replays, hierarchy: options.hierarchy }
+        Summary {
+            by: options.by.clone(),
+            steps: options.steps,
+            traces: vec![trace],
+            values,
+            replays,
+            hierarchy: options.hierarchy,
+        }
     }
 
     /// Add another summary (of other traces) to this one.
@@ -313,7 +331,8 @@ impl Summary {
             .values
             .iter()
             .map(|(value, t)| {
-                let mut names: Vec<(String, NameTotals)> = t.by_name.iter().map(|(n, v)| (n.clone(), *v)).collect();
+                let mut names: Vec<(String, NameTotals)> =
+                    t.by_name.iter().map(|(n, v)| (n.clone(), *v)).collect();
                 names.sort_by(|a, b| b.1.total_ns.cmp(&a.1.total_ns).then_with(|| a.0.cmp(&b.0)));
                 names.truncate(top);
                 Row {
@@ -325,11 +344,18 @@ impl Summary {
                     attributed_us: us(t.attributed_ns),
                     share: ratio(t.attributed_ns, busy),
                     top_kernels: names,
-                    per_replay: self.steps.then(|| Spread::of(&mut t.per_replay_ns.iter().map(|&n| us(n)).collect::<Vec<_>>())),
+                    per_replay: self
+                        .steps
+                        .then(|| Spread::of(&mut t.per_replay_ns.iter().map(|&n| us(n)).collect::<Vec<_>>())),
                 }
             })
             .collect();
-        rows.sort_by(|a, b| b.attributed_us.total_cmp(&a.attributed_us).then_with(|| b.total_us.total_cmp(&a.total_us)).then_with(|| a.value.cmp(&b.value)));
+        rows.sort_by(|a, b| {
+            b.attributed_us
+                .total_cmp(&a.attributed_us)
+                .then_with(|| b.total_us.total_cmp(&a.total_us))
+                .then_with(|| a.value.cmp(&b.value))
+        });
         rows
     }
 
@@ -345,7 +371,11 @@ impl Summary {
             busy_us: us_i(busy),
             unannotated_kernels: unannotated.map_or(0, |u| u.kernels),
             unannotated_us: unannotated.map_or(0.0, |u| us(u.attributed_ns)),
-            coverage: ratio(self.values.iter().filter(|(v, _)| v.is_some()).map(|(_, t)| t.attributed_ns).sum(), busy as f64).min(1.0),
+            coverage: ratio(
+                self.values.iter().filter(|(v, _)| v.is_some()).map(|(_, t)| t.attributed_ns).sum(),
+                busy as f64,
+            )
+            .min(1.0),
             ungraphed_kernels: self.traces.iter().map(|t| t.ungraphed).sum(),
             ungraphed_us: us_i(self.traces.iter().map(|t| t.ungraphed_ns).sum()),
             unusable_events: self.traces.iter().map(|t| t.unusable).sum(),
@@ -539,7 +569,11 @@ impl Summary {
 }
 
 /// Summarise one trace file.
-pub fn summarize_file(path: &Path, options: &Options, progress: &mut dyn FnMut(u64, u64)) -> Result<Summary, String> {
+pub fn summarize_file(
+    path: &Path,
+    options: &Options,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Summary, String> {
     let mut kernels = read::read(path, &options.by, progress)?;
     options.hierarchy.apply(&mut kernels);
     Ok(Summary::of_trace(path, &kernels, options))
@@ -547,18 +581,32 @@ pub fn summarize_file(path: &Path, options: &Options, progress: &mut dyn FnMut(u
 
 /// Summarise `paths` on `jobs` threads (0: one per core): the merged summary of those
 /// that could be read, and one message for each that could not.
-pub fn summarize_files(paths: &[PathBuf], options: &Options, jobs: usize, progress: &dyn FilesProgress) -> (Summary, Vec<String>) {
+pub fn summarize_files(
+    paths: &[PathBuf],
+    options: &Options,
+    jobs: usize,
+    progress: &dyn FilesProgress,
+) -> (Summary, Vec<String>) {
     let results = crate::parallel::map(
         paths,
         jobs,
-        |i, path| summarize_file(path, options, &mut |done, total| progress.advance(i, done as f64 / total.max(1) as f64)),
+        |i, path| {
+            summarize_file(path, options, &mut |done, total| {
+                progress.advance(i, done as f64 / total.max(1) as f64)
+            })
+        },
         &mut |i, r| {
             progress.finished(i, matches!(r, Ok(Ok(_))));
             progress.show();
         },
         &mut || progress.show(),
     );
-    let mut summary = Summary { by: options.by.clone(), steps: options.steps, hierarchy: options.hierarchy, ..Summary::default() };
+    let mut summary = Summary {
+        by: options.by.clone(),
+        steps: options.steps,
+        hierarchy: options.hierarchy,
+        ..Summary::default()
+    };
     let mut failures = Vec::new();
     for (path, result) in paths.iter().zip(results) {
         match result {

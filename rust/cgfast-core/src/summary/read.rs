@@ -144,7 +144,9 @@ fn value_text(buf: &[u8], s: Scalar) -> Option<std::borrow::Cow<'_, str>> {
         Scalar::Null => None,
         Scalar::Str(span) => Some(text_of(buf, span)),
         Scalar::Bool(b) => Some(if b { "true" } else { "false" }.into()),
-        Scalar::Number { start, end } | Scalar::Container { start, end } => Some(String::from_utf8_lossy(&buf[start..end])),
+        Scalar::Number { start, end } | Scalar::Container { start, end } => {
+            Some(String::from_utf8_lossy(&buf[start..end]))
+        }
     }
 }
 
@@ -161,7 +163,9 @@ impl Kernels {
                 _ => None,
             })
         };
-        if cat == Cat::Runtime && matches!(f.name, Some(Scalar::Str(span)) if crate::trace::is_graph_launch(&text_of(buf, span))) {
+        if cat == Cat::Runtime
+            && matches!(f.name, Some(Scalar::Str(span)) if crate::trace::is_graph_launch(&text_of(buf, span)))
+        {
             self.graph_launches.extend(correlation());
         }
         if !cat.is_work() {

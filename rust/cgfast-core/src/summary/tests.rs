@@ -24,7 +24,8 @@ fn summary_of(text: &str, by: &str, steps: bool) -> Summary {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.json");
     std::fs::write(&path, text).unwrap();
-    summarize_file(&path, &Options { by: by.into(), steps, top: 3, ..Options::default() }, &mut |_, _| {}).unwrap()
+    summarize_file(&path, &Options { by: by.into(), steps, top: 3, ..Options::default() }, &mut |_, _| {})
+        .unwrap()
 }
 
 fn close(a: f64, b: f64) -> bool {
@@ -37,7 +38,10 @@ fn busy_time_counts_overlaps_once_and_shares_sum_to_one() {
     let t = s.totals();
     // GPU 0: [0,15) + [20,24) + [100,110) + [112,114) = 31; GPU 1: 6.
     assert_eq!((t.kernels, t.replays, t.busy_us, t.total_us), (7, 3, 37.0, 46.0));
-    assert_eq!((t.ungraphed_kernels, t.ungraphed_us, t.unannotated_kernels, t.unannotated_us), (1, 3.0, 1, 4.0));
+    assert_eq!(
+        (t.ungraphed_kernels, t.ungraphed_us, t.unannotated_kernels, t.unannotated_us),
+        (1, 3.0, 1, 4.0)
+    );
     assert!(close(t.coverage, 33.0 / 37.0));
 
     let rows = s.rows(3);
@@ -50,7 +54,10 @@ fn busy_time_counts_overlaps_once_and_shares_sum_to_one() {
     assert!(close(a.attributed_us, 23.5) && close(a.share, 23.5 / 37.0));
     assert_eq!(
         a.top_kernels,
-        vec![("gemm".to_string(), NameTotals { kernels: 3, total_ns: 26_000 }), ("norm".to_string(), NameTotals { kernels: 1, total_ns: 4_000 })]
+        vec![
+            ("gemm".to_string(), NameTotals { kernels: 3, total_ns: 26_000 }),
+            ("norm".to_string(), NameTotals { kernels: 1, total_ns: 4_000 })
+        ]
     );
     let b = &rows[1];
     assert_eq!((b.kernels, b.total_us, b.busy_us), (2, 12.0, 12.0));
@@ -65,11 +72,18 @@ fn busy_time_counts_overlaps_once_and_shares_sum_to_one() {
 #[test]
 fn per_replay_totals_and_spread() {
     let s = summary_of(TRACE, "name", true);
-    let got: Vec<(i64, i64, i64, u64, i64)> = s.replays.iter().map(|r| (r.correlation, r.start_ns, r.end_ns, r.kernels, r.busy_ns)).collect();
-    assert_eq!(got, vec![(1, 0, 24_000, 3, 19_000), (3, 0, 6_000, 1, 6_000), (2, 100_000, 114_000, 3, 12_000)]);
+    let got: Vec<(i64, i64, i64, u64, i64)> =
+        s.replays.iter().map(|r| (r.correlation, r.start_ns, r.end_ns, r.kernels, r.busy_ns)).collect();
+    assert_eq!(
+        got,
+        vec![(1, 0, 24_000, 3, 19_000), (3, 0, 6_000, 1, 6_000), (2, 100_000, 114_000, 3, 12_000)]
+    );
     let r2 = &s.replays[2];
     assert_eq!(r2.values.len(), 2);
-    assert_eq!((r2.values[0].value.as_deref(), r2.values[0].kernels, r2.values[0].total_ns, r2.values[0].busy_ns), (Some("a"), 2, 14_000, 10_000));
+    assert_eq!(
+        (r2.values[0].value.as_deref(), r2.values[0].kernels, r2.values[0].total_ns, r2.values[0].busy_ns),
+        (Some("a"), 2, 14_000, 10_000)
+    );
     assert!(close(r2.values[0].attributed_ns, 10_000.0) && close(r2.values[1].attributed_ns, 2_000.0));
 
     let rows = s.rows(3);
@@ -174,7 +188,11 @@ fn chart_bars_are_sorted_and_escaped() {
     assert_eq!(widths[0], 500.0);
     assert!(svg.contains(chart::UNANNOTATED_COLOR));
     let html = chart::html(&s, &rows);
-    assert!(html.starts_with("<!DOCTYPE html>") && html.contains("<svg") && html.contains("<td>(unannotated)</td>"));
+    assert!(
+        html.starts_with("<!DOCTYPE html>")
+            && html.contains("<svg")
+            && html.contains("<td>(unannotated)</td>")
+    );
     for page in [&svg, &html] {
         assert!(!page.contains("http://") || page.matches("http://").count() == 1, "only the SVG namespace");
         assert!(!page.contains("<script") && !page.contains("href") && !page.contains("url("));
@@ -196,9 +214,13 @@ fn chart_folds_the_smallest_values() {
 fn chart_file_names() {
     let s = summary_of(TRACE, "name", false);
     let dir = tempfile::tempdir().unwrap();
-    assert!(chart::write(&dir.path().join("c.png"), &s, &s.rows(3)).unwrap_err().contains("must be a .svg or .html"));
+    assert!(chart::write(&dir.path().join("c.png"), &s, &s.rows(3))
+        .unwrap_err()
+        .contains("must be a .svg or .html"));
     chart::write(&dir.path().join("c.SVG"), &s, &s.rows(3)).unwrap();
-    assert!(chart::write(&dir.path().join("no/such/c.svg"), &s, &s.rows(3)).unwrap_err().contains("cannot write the chart"));
+    assert!(chart::write(&dir.path().join("no/such/c.svg"), &s, &s.rows(3))
+        .unwrap_err()
+        .contains("cannot write the chart"));
 }
 
 /// Two layers of one model, on two lanes: layer 0's attention [0,10), layer 1's
@@ -215,32 +237,64 @@ fn rolled_up(depth: Option<usize>, group_layers: bool) -> Summary {
     let path = dir.path().join("t.json");
     std::fs::write(&path, LAYERS).unwrap();
     let hierarchy = hierarchy::Hierarchy { depth, group_layers, tree: false };
-    summarize_file(&path, &Options { by: "module".into(), steps: true, hierarchy, ..Options::default() }, &mut |_, _| {}).unwrap()
+    summarize_file(
+        &path,
+        &Options { by: "module".into(), steps: true, hierarchy, ..Options::default() },
+        &mut |_, _| {},
+    )
+    .unwrap()
 }
 
 #[test]
 fn rolled_up_values_are_one_value_throughout() {
-    let values = |s: &Summary| s.rows(3).iter().map(|r| (r.value.clone().unwrap(), r.kernels, r.busy_us, r.attributed_us)).collect::<Vec<_>>();
+    let values = |s: &Summary| {
+        s.rows(3)
+            .iter()
+            .map(|r| (r.value.clone().unwrap(), r.kernels, r.busy_us, r.attributed_us))
+            .collect::<Vec<_>>()
+    };
     // Merged layers: one union ([0,15) + [20,24)), not the sum of the layers' own.
-    assert_eq!(values(&rolled_up(None, true)), [("model.layers.*.attn".into(), 2, 15.0, 15.0), ("model.layers.*.mlp".into(), 1, 4.0, 4.0), ("model".into(), 1, 2.0, 2.0)]);
-    assert_eq!(values(&rolled_up(Some(2), false)), [("model.layers".into(), 3, 19.0, 19.0), ("model".into(), 1, 2.0, 2.0)]);
-    assert_eq!(values(&rolled_up(Some(3), true)), [("model.layers.*".into(), 3, 19.0, 19.0), ("model".into(), 1, 2.0, 2.0)]);
+    assert_eq!(
+        values(&rolled_up(None, true)),
+        [
+            ("model.layers.*.attn".into(), 2, 15.0, 15.0),
+            ("model.layers.*.mlp".into(), 1, 4.0, 4.0),
+            ("model".into(), 1, 2.0, 2.0)
+        ]
+    );
+    assert_eq!(
+        values(&rolled_up(Some(2), false)),
+        [("model.layers".into(), 3, 19.0, 19.0), ("model".into(), 1, 2.0, 2.0)]
+    );
+    assert_eq!(
+        values(&rolled_up(Some(3), true)),
+        [("model.layers.*".into(), 3, 19.0, 19.0), ("model".into(), 1, 2.0, 2.0)]
+    );
     let s = rolled_up(Some(3), false);
-    assert_eq!(values(&s)[..2], [("model.layers.1".into(), 2, 14.0, 11.5), ("model.layers.0".into(), 1, 10.0, 7.5)]);
+    assert_eq!(
+        values(&s)[..2],
+        [("model.layers.1".into(), 2, 14.0, 11.5), ("model.layers.0".into(), 1, 10.0, 7.5)]
+    );
     // Replays see the merged values too.
     let merged = rolled_up(Some(1), false);
     assert_eq!(merged.replays[0].values.len(), 1);
     assert_eq!(merged.rows(3)[0].per_replay.unwrap().count, 1);
     let json = merged.to_json(3);
     assert_eq!((json["depth"].as_u64(), json["group_layers"].as_bool()), (Some(1), Some(false)));
-    assert!(summary_of(LAYERS, "module", false).to_json(3).get("depth").is_none(), "no new keys without the options");
+    assert!(
+        summary_of(LAYERS, "module", false).to_json(3).get("depth").is_none(),
+        "no new keys without the options"
+    );
 }
 
 #[test]
 fn the_icicle_is_as_wide_as_the_busy_time() {
     let s = rolled_up(None, true);
     let (svg, height) = icicle::svg(&s, &s.rows(3));
-    assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\"") && svg.contains(&format!("height=\"{height}\"")));
+    assert!(
+        svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\"")
+            && svg.contains(&format!("height=\"{height}\""))
+    );
     assert!(!svg.contains("<script") && !svg.contains("href") && !svg.contains("url("));
     // A rect per path (root, model, layers, *, attn, mlp) and one for model's own norm.
     let widths: Vec<(String, f64)> = svg
@@ -253,7 +307,18 @@ fn the_icicle_is_as_wide_as_the_busy_time() {
         })
         .collect();
     let names: Vec<&str> = widths.iter().map(|(t, _)| t.as_str()).collect();
-    assert_eq!(names, ["all graphed kernels", "model", "model.layers", "model.layers.*", "model.layers.*.attn", "model.layers.*.mlp", "model itself (kernels of this path, not of a path under it)"]);
+    assert_eq!(
+        names,
+        [
+            "all graphed kernels",
+            "model",
+            "model.layers",
+            "model.layers.*",
+            "model.layers.*.attn",
+            "model.layers.*.mlp",
+            "model itself (kernels of this path, not of a path under it)"
+        ]
+    );
     // Busy time 21 µs over 1068 px.
     let px = |us: f64| us / 21.0 * 1068.0;
     for ((_, w), us) in widths.iter().zip([21.0, 21.0, 19.0, 19.0, 15.0, 4.0, 2.0]) {
@@ -278,7 +343,10 @@ fn graph_launched_work_without_a_node_id_is_counted_as_unresolved() {
     let t = s.totals();
     assert_eq!((t.ungraphed_kernels, t.unresolved_kernels, t.unresolved_us), (3, 2, 5.0));
     let v = s.to_json(3);
-    assert_eq!((v["totals"]["unresolved_kernels"].as_u64(), v["traces"][0]["unresolved_kernels"].as_u64()), (Some(2), Some(2)));
+    assert_eq!(
+        (v["totals"]["unresolved_kernels"].as_u64(), v["traces"][0]["unresolved_kernels"].as_u64()),
+        (Some(2), Some(2))
+    );
     // none: the report reads as before
     assert!(summary_of(TRACE, "name", false).to_json(3)["totals"].get("unresolved_kernels").is_none());
 }
@@ -298,10 +366,25 @@ fn marked_replays_are_counted_apart_from_the_unmarked_rest() {
     ]}"#;
     let s = summary_of(text, "name", false);
     let t = s.totals();
-    assert_eq!((t.ungraphed_kernels, t.ambiguous_replay_kernels, t.ambiguous_replay_us, t.unmatched_replay_kernels, t.unmatched_replay_us), (4, 2, 5.0, 1, 4.0));
+    assert_eq!(
+        (
+            t.ungraphed_kernels,
+            t.ambiguous_replay_kernels,
+            t.ambiguous_replay_us,
+            t.unmatched_replay_kernels,
+            t.unmatched_replay_us
+        ),
+        (4, 2, 5.0, 1, 4.0)
+    );
     assert_eq!((t.unresolved_kernels, t.unresolved_us), (1, 1.0));
     let v = s.to_json(3);
-    let counts = |o: &serde_json::Value| (o["ambiguous_replay_kernels"].as_u64(), o["unmatched_replay_kernels"].as_u64(), o["unresolved_kernels"].as_u64());
+    let counts = |o: &serde_json::Value| {
+        (
+            o["ambiguous_replay_kernels"].as_u64(),
+            o["unmatched_replay_kernels"].as_u64(),
+            o["unresolved_kernels"].as_u64(),
+        )
+    };
     assert_eq!(counts(&v["totals"]), (Some(2), Some(1), Some(1)));
     assert_eq!(counts(&v["traces"][0]), (Some(2), Some(1), Some(1)));
     // without markers the report reads as before
