@@ -38,9 +38,11 @@ pub fn read(path: &Path) -> Result<Annotations, String> {
         Some(_) if looks_like_pickle(&bytes) => {
             crate::pickle::load(&bytes).map_err(|e| format!("{shown}: {e}"))?
         }
-        Some(_) => return Err(format!(
+        Some(_) => {
+            return Err(format!(
             "{shown}: not an annotation file: expected a JSON object of node id -> annotations, or a pickle"
-        )),
+        ))
+        }
     };
     from_document(document).map_err(|e| format!("{shown}: {e}"))
 }
