@@ -2,11 +2,11 @@
 
 use std::path::{Path, PathBuf};
 
-use cgfast_core::annotation_file;
+use cgfast_core::annotations::file as annotation_file;
 use cgfast_core::annotations::Annotations;
-use cgfast_core::paths::{default_output, discover_annotations};
+use cgfast_core::files::paths::{default_output, discover_annotations};
+use cgfast_core::passes::recover::Recover;
 use cgfast_core::pipeline::{self, Options, Report};
-use cgfast_core::recover::Recover;
 
 use crate::progress::Progress;
 

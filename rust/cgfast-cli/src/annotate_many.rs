@@ -5,11 +5,11 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cgfast_core::annotation_file;
+use cgfast_core::annotations::file as annotation_file;
 use cgfast_core::annotations::Annotations;
-use cgfast_core::inputs::{self, Wanted};
-use cgfast_core::parallel::{self, FilesProgress};
-use cgfast_core::paths::{default_output, discover_annotations};
+use cgfast_core::files::inputs::{self, Wanted};
+use cgfast_core::files::many::{self as parallel, FilesProgress};
+use cgfast_core::files::paths::{default_output, discover_annotations};
 use cgfast_core::pipeline::{self, Phase, Report};
 
 use crate::annotate::{annotations_not_found, thousands, Args};

@@ -2,9 +2,9 @@
 
 use std::path::PathBuf;
 
-use cgfast_core::inputs::{self, Wanted};
+use cgfast_core::files::inputs::{self, Wanted};
 use cgfast_core::summary::hierarchy::Hierarchy;
-use cgfast_core::summary::{chart, summarize_files, Options};
+use cgfast_core::summary::{chart, summarize_files, SummaryOptions};
 
 use crate::files_progress::Files;
 use crate::summary_table;
@@ -87,7 +87,7 @@ pub fn run(args: Args) -> Result<(), String> {
     };
     let hierarchy = Hierarchy::new(&args.by, args.depth.map(|d| d as usize), args.group_layers, tree);
     let traces = inputs::find(&args.traces, Wanted::Annotated)?;
-    let options = Options { by: args.by.clone(), steps: args.steps, top: args.top, hierarchy };
+    let options = SummaryOptions { by: args.by.clone(), steps: args.steps, top: args.top, hierarchy };
     let progress = Files::new("reading", &traces, !args.no_progress, LARGE);
     let (summary, failures) = summarize_files(&traces, &options, args.jobs.unwrap_or(0) as usize, &progress);
     progress.clear();

@@ -1,6 +1,6 @@
 //! How fast the scanner validates a trace, against how fast it indexes it.
 //! `cargo run --release --example scan_floor -p cgfast-core -- TRACE [skip|scan|both]`
-use cgfast_core::json::Cursor;
+use cgfast_core::scan_floor::{scan, Cursor, WriteKeys};
 fn main() {
     let path = std::env::args().nth(1).expect("a trace");
     let mode = std::env::args().nth(2).unwrap_or_else(|| "both".into());
@@ -13,12 +13,8 @@ fn main() {
         }
         if mode != "skip" {
             let t = std::time::Instant::now();
-            let (index, _layout) = cgfast_core::scan::scan(
-                std::path::Path::new(&path),
-                &cgfast_core::scan::WriteKeys::default(),
-                &mut |_, _| {},
-            )
-            .expect("a trace");
+            let (index, _layout) =
+                scan(std::path::Path::new(&path), &WriteKeys::default(), &mut |_, _| {}).expect("a trace");
             println!("scan {:.3}s  tracked events {}", t.elapsed().as_secs_f64(), index.events.len());
         }
     }

@@ -6,21 +6,22 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::annotations::{Annotations, Resolved};
-use crate::edit::{self, Editor, EventEdits, Set};
-use crate::io::{is_gzip_path, AtomicFile, Sink};
+use crate::index::keys::{KeyId, Num, Spelling};
+use crate::index::{Flow, NodeId, ReplayMarker, TraceIndex, NONE};
+use crate::json::edit::{self, Editor, EventEdits, Set};
 use crate::json::quote;
-use crate::key::{KeyId, Num, Spelling};
-use crate::lane_plan::{LanePasses, LanePlan};
+use crate::passes::lanes::{LanePasses, LanePlan};
+use crate::passes::recover::{self, Recover, Recovery};
+use crate::passes::spans;
 use crate::passes::{self, FlowLink, LargeOverlap, OddEvents};
-use crate::recover::{self, Recover, Recovery};
-use crate::rewrite::{self, Action, Change};
-use crate::scan::{self, ScanFailure, WriteKeys};
-use crate::spans;
-use crate::trace::{Flow, NodeId, ReplayMarker, TraceIndex, NONE};
-use crate::writes::{args_writes, Writes};
+use crate::read::input::is_gzip_path;
+use crate::read::scan::{self, ScanFailure, WriteKeys};
+use crate::write::args_text::{args_writes, Writes};
+use crate::write::output::{AtomicFile, Sink};
+use crate::write::rewrite::{self, Action, Change};
 
 /// Plain outputs of traces from this size on get their blocks reserved, and bypass the
-/// page cache where buffered writing is slow (see [`crate::direct_io`]).
+/// page cache where buffered writing is slow (see [`crate::write::direct_io`]).
 const LARGE_FROM: u64 = 64 << 20;
 
 #[derive(Clone, Debug)]
@@ -30,7 +31,7 @@ pub struct Options {
     pub max_adjust_us: f64,
     pub recover: Recover,
     pub gzip_level: u32,
-    /// The dotted annotation key whose scopes get spans ([`crate::spans`]); `None`: no spans.
+    /// The dotted annotation key whose scopes get spans ([`crate::passes::spans`]); `None`: no spans.
     pub spans: Option<String>,
     /// Recover by the recorded topology alone: no replay stamps, no equivalent replays.
     pub topology_only: bool,
@@ -214,7 +215,7 @@ pub fn annotate_file(
     let recovery = recover::recover_with(&mut index, annotations, options.recover, !options.topology_only);
     mark("recovered");
     let used = index.events.iter().filter_map(|e| match e.current_node() {
-        crate::trace::Node::Id(n) => Some(n),
+        crate::index::Node::Id(n) => Some(n),
         _ => None,
     });
     let resolved = annotations.resolve_used(used).map_err(|e| fail(format!("annotations: {e}")))?;
@@ -293,8 +294,7 @@ pub fn annotate_file(
     let mut spans_made = None;
     std::thread::scope(|scope| {
         let key = options.spans.as_deref();
-        let mut early =
-            key.filter(|_| crate::io::threads() > 1).map(|key| scope.spawn(move || spans_json(key)));
+        let mut early = key.filter(|_| crate::threads() > 1).map(|key| scope.spawn(move || spans_json(key)));
         let mut appended = || {
             let made = match early.take() {
                 Some(job) => Some(job.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))),
@@ -345,7 +345,7 @@ fn annotate_and_fix(
     };
     let annotated =
         passes::relane_with(index, resolved, options.default_stream, link, options.lanes != Lanes::None);
-    let parallel = crate::io::threads() > 1;
+    let parallel = crate::threads() > 1;
     let shared = &*index;
     let (visits, plan) =
         both(parallel, || passes::FlowVisits::find(shared, link), || LanePlan::gather(shared, lane_passes));

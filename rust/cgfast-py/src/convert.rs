@@ -2,9 +2,9 @@
 
 use std::collections::BTreeMap;
 
+use cgfast_core::annotations::value::Value;
 use cgfast_core::annotations::{Annotations, GraphNode, Item, NodeKind};
-use cgfast_core::key::{Key, Keys, Num};
-use cgfast_core::value::Value;
+use cgfast_core::index::keys::{Key, Keys, Num};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMapping, PyString, PyTuple};
@@ -59,10 +59,10 @@ pub fn key_to_py<'py>(py: Python<'py>, key: Key, keys: &Keys) -> PyResult<Bound<
 pub fn spelled_key_to_py<'py>(
     py: Python<'py>,
     key: Key,
-    spelling: cgfast_core::key::Spelling,
+    spelling: cgfast_core::index::keys::Spelling,
     keys: &Keys,
 ) -> PyResult<Bound<'py, PyAny>> {
-    use cgfast_core::key::Spelling;
+    use cgfast_core::index::keys::Spelling;
     Ok(match (key, spelling) {
         (Key::Int(i), Spelling::Float) => (i as f64).into_pyobject(py)?.into_any(),
         (Key::Int(i), Spelling::Bool) => PyBool::new(py, i != 0).to_owned().into_any(),
@@ -132,9 +132,9 @@ pub fn value_to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny
     })
 }
 
-fn node_id(key: &Bound<'_, PyAny>) -> PyResult<cgfast_core::trace::NodeId> {
+fn node_id(key: &Bound<'_, PyAny>) -> PyResult<cgfast_core::index::NodeId> {
     if key.is_instance_of::<PyInt>() && !key.is_instance_of::<PyBool>() {
-        return key.extract::<cgfast_core::trace::NodeId>();
+        return key.extract::<cgfast_core::index::NodeId>();
     }
     Err(PyTypeError::new_err(format!("annotation key {} is not a node id (an int)", key.repr()?)))
 }

@@ -3,9 +3,9 @@
 
 use std::collections::HashMap;
 
-use cgfast_core::key::{Key, Spelling};
+use cgfast_core::index::keys::{Key, Spelling};
+use cgfast_core::index::{Cat, Field, Node, NodeId, Observed, Ph, TraceIndex, NONE};
 use cgfast_core::passes::{self, AsksLane, FlowLink, OddEvents, Refusal, Refused};
-use cgfast_core::trace::{Cat, Field, Node, NodeId, Observed, Ph, TraceIndex, NONE};
 use pyo3::exceptions::{PyAttributeError, PyKeyError, PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
@@ -25,7 +25,7 @@ fn str_field(d: &Bound<'_, PyDict>, name: &str) -> PyResult<Option<String>> {
     })
 }
 
-fn num_field(value: Option<&Bound<'_, PyAny>>) -> Field<cgfast_core::key::Num> {
+fn num_field(value: Option<&Bound<'_, PyAny>>) -> Field<cgfast_core::index::keys::Num> {
     match value {
         None => Field::Missing,
         Some(v) => num_of(v).map_or(Field::Odd, Field::Value),
@@ -125,7 +125,7 @@ fn index_of(events: &Bound<'_, PyList>) -> PyResult<DictIndex> {
             args_stream,
             args_name_is_stream,
             scope_span: false,
-            replay_marker: cgfast_core::trace::ReplayMarker::None,
+            replay_marker: cgfast_core::index::ReplayMarker::None,
             correlation: None,
             grid_block: None,
         };

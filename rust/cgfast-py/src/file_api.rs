@@ -4,11 +4,12 @@ use std::path::PathBuf;
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use cgfast_core::annotations::file as annotation_file;
 use cgfast_core::annotations::Annotations;
-use cgfast_core::paths::{default_output, discover_annotations};
+use cgfast_core::cancel;
+use cgfast_core::files::paths::{default_output, discover_annotations};
+use cgfast_core::passes::recover::Recover;
 use cgfast_core::pipeline::{self, Options};
-use cgfast_core::recover::Recover;
-use cgfast_core::{annotation_file, cancel};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
@@ -143,7 +144,7 @@ pub fn read_annotations<'py>(
     let path = path_of(path)?.ok_or_else(|| PyValueError::new_err("path must not be None"))?;
     let loaded = py.detach(|| annotation_file::read(&path)).map_err(TraceError::new_err)?;
     let nodes = PyDict::new(py);
-    let mut ids: Vec<&cgfast_core::trace::NodeId> = loaded.nodes.keys().collect();
+    let mut ids: Vec<&cgfast_core::index::NodeId> = loaded.nodes.keys().collect();
     ids.sort_unstable();
     for id in ids {
         let items: Vec<Bound<'py, PyAny>> =
@@ -168,7 +169,7 @@ pub fn write_annotations(
     path: &Bound<'_, PyAny>,
     annotations: &Bound<'_, PyAny>,
     graphs: Option<&Bound<'_, PyAny>>,
-    stacks: Option<std::collections::HashMap<cgfast_core::trace::NodeId, Vec<String>>>,
+    stacks: Option<std::collections::HashMap<cgfast_core::index::NodeId, Vec<String>>>,
 ) -> PyResult<()> {
     let path = path_of(path)?.ok_or_else(|| PyValueError::new_err("path must not be None"))?;
     let mut annotations = annotations_of(annotations, graphs)?;

@@ -2,10 +2,10 @@
 
 use std::path::PathBuf;
 
-use cgfast_core::inputs::{self, Wanted};
-use cgfast_core::parallel::Silent;
+use cgfast_core::files::inputs::{self, Wanted};
+use cgfast_core::files::many::Silent;
 use cgfast_core::summary::hierarchy::Hierarchy;
-use cgfast_core::summary::{chart, summarize_files, Options};
+use cgfast_core::summary::{chart, summarize_files, SummaryOptions};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
@@ -84,7 +84,7 @@ pub fn summary_report<'py>(
         Some(c) => path_of(c)?,
         None => None,
     };
-    let options = Options { by: by.to_string(), steps, top, hierarchy };
+    let options = SummaryOptions { by: by.to_string(), steps, top, hierarchy };
     let report = py.detach(|| {
         let traces = inputs::find(&paths, Wanted::Annotated)?;
         let (summary, failures) = summarize_files(&traces, &options, jobs, &Silent);

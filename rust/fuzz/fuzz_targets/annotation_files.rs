@@ -8,6 +8,6 @@ fuzz_target!(|data: &[u8]| {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("annotations.json");
     std::fs::write(&path, data).expect("write");
-    let _ = cgfast_core::annotation_file::read(&path);
-    let _ = cgfast_core::pickle::load(data);
+    let _ = cgfast_core::annotations::file::read(&path);
+    let _ = cgfast_core::annotations::pickle::load(data);
 });

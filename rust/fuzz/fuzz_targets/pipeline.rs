@@ -5,7 +5,7 @@
 use cgfast_core::annotations::{Annotations, Item};
 use cgfast_core::json_value;
 use cgfast_core::pipeline::{annotate_file, Options};
-use cgfast_core::value::Value;
+use cgfast_core::annotations::value::Value;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

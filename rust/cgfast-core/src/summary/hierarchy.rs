@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use super::read::{Kernels, NONE};
 use super::Row;
-use crate::key::Strings;
+use crate::index::keys::Strings;
 
 /// How values are rolled up, and whether the chart draws their tree.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -83,7 +83,7 @@ fn is_number(segment: &str) -> bool {
 
 /// A node of the tree of values: a dotted path, its own rows' time and its subtree's.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Node {
+pub struct PathNode {
     /// Its last segment (`(unannotated)` for kernels without the key; empty at the root).
     pub name: String,
     /// The whole path, as the rows spell it.
@@ -96,14 +96,14 @@ pub struct Node {
     /// Kernels of this path and every path under it.
     pub kernels: u64,
     /// Numbered children in their order, after the others, largest first.
-    pub children: Vec<Node>,
+    pub children: Vec<PathNode>,
     /// Kernels without the key (a child of the root only).
     pub unannotated: bool,
 }
 
-impl Node {
-    fn new(name: &str, path: String) -> Node {
-        Node {
+impl PathNode {
+    fn new(name: &str, path: String) -> PathNode {
+        PathNode {
             name: name.to_string(),
             path,
             own_us: 0.0,
@@ -117,16 +117,16 @@ impl Node {
 
     /// Levels below and including this one.
     pub fn height(&self) -> usize {
-        1 + self.children.iter().map(Node::height).max().unwrap_or(0)
+        1 + self.children.iter().map(PathNode::height).max().unwrap_or(0)
     }
 
-    fn child(&mut self, name: &str) -> &mut Node {
+    fn child(&mut self, name: &str) -> &mut PathNode {
         let at = match self.children.iter().position(|c| c.name == name && !c.unannotated) {
             Some(at) => at,
             None => {
                 let path =
                     if self.path.is_empty() { name.to_string() } else { format!("{}.{name}", self.path) };
-                self.children.push(Node::new(name, path));
+                self.children.push(PathNode::new(name, path));
                 self.children.len() - 1
             }
         };
@@ -150,7 +150,7 @@ impl Node {
 }
 
 /// Named children largest first, then numbered ones by number, then the unannotated.
-fn order_key(n: &Node) -> (u8, f64) {
+fn order_key(n: &PathNode) -> (u8, f64) {
     if n.unannotated {
         (2, 0.0)
     } else if is_number(&n.name) {
@@ -161,13 +161,13 @@ fn order_key(n: &Node) -> (u8, f64) {
 }
 
 /// The tree of `rows` (values split at dots), under a root holding all busy time.
-pub fn tree(rows: &[Row], busy_us: f64) -> Node {
-    let mut root = Node::new("", String::new());
+pub fn tree(rows: &[Row], busy_us: f64) -> PathNode {
+    let mut root = PathNode::new("", String::new());
     for r in rows {
         let node = match &r.value {
             Some(value) => value.split('.').fold(&mut root, |node, segment| node.child(segment)),
             None => {
-                let mut n = Node::new("(unannotated)", "(unannotated)".into());
+                let mut n = PathNode::new("(unannotated)", "(unannotated)".into());
                 n.unannotated = true;
                 root.children.push(n);
                 root.children.last_mut().expect("just pushed")

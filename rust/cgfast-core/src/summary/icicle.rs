@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use rustc_hash::FxHashMap as HashMap;
 
 use super::chart::{escape, human_time, UNANNOTATED_COLOR};
-use super::hierarchy::{tree, Node, ANY_LAYER};
+use super::hierarchy::{tree, PathNode, ANY_LAYER};
 use super::{Row, Summary};
 
 const WIDTH: u32 = 1100;
@@ -72,7 +72,7 @@ fn fit(choices: &[String], width: f64, cut: bool) -> Option<String> {
     (cut && room >= 3).then(|| format!("{}…", first.chars().take(room - 1).collect::<String>()))
 }
 
-struct Layout<'a> {
+struct IcicleLayout<'a> {
     out: &'a mut String,
     scale: f64,
     /// A colour per segment name: every `attn` alike, wherever it is.
@@ -81,8 +81,8 @@ struct Layout<'a> {
 
 /// Colours by segment name, the names with most time first, so that the largest
 /// names differ and a module repeated in every layer looks the same in each.
-fn colors_by_name(root: &Node) -> HashMap<&str, (u8, u8, u8)> {
-    fn add<'a>(n: &'a Node, time: &mut HashMap<&'a str, f64>) {
+fn colors_by_name(root: &PathNode) -> HashMap<&str, (u8, u8, u8)> {
+    fn add<'a>(n: &'a PathNode, time: &mut HashMap<&'a str, f64>) {
         for c in n.children.iter().filter(|c| !c.unannotated) {
             *time.entry(c.name.as_str()).or_default() += c.total_us;
             add(c, time);
@@ -97,7 +97,7 @@ fn colors_by_name(root: &Node) -> HashMap<&str, (u8, u8, u8)> {
     names.into_iter().enumerate().map(|(k, (name, _))| (name, color(k))).collect()
 }
 
-impl Layout<'_> {
+impl IcicleLayout<'_> {
     /// A cell over `[x, x + w)` px.
     fn cell(
         &mut self,
@@ -136,7 +136,7 @@ impl Layout<'_> {
         self.out.push_str("</g>\n");
     }
 
-    fn node(&mut self, n: &Node, x: f64, level: usize) {
+    fn node(&mut self, n: &PathNode, x: f64, level: usize) {
         let w = n.total_us * self.scale;
         if w < 0.5 {
             return;
@@ -211,7 +211,7 @@ pub fn svg(summary: &Summary, rows: &[Row]) -> (String, u32) {
     );
     if root.total_us > 0.0 {
         let mut layout =
-            Layout { out: &mut s, scale: INNER_W / root.total_us, colors: colors_by_name(&root) };
+            IcicleLayout { out: &mut s, scale: INNER_W / root.total_us, colors: colors_by_name(&root) };
         layout.node(&root, LEFT, 0);
     } else {
         let _ = writeln!(s, r##"<text x="16" y="{}" fill="#555">no graphed kernels</text>"##, TOP + 18);

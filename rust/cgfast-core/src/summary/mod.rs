@@ -23,13 +23,13 @@ use std::path::{Path, PathBuf};
 use rustc_hash::FxHashMap as HashMap;
 use serde_json::{json, Value as Json};
 
-use crate::parallel::FilesProgress;
+use crate::files::many::FilesProgress;
 use hierarchy::Hierarchy;
 use read::{Kernel, Kernels, NONE};
 use time::{attribute, union_length, Interval, Spread};
 
 #[derive(Clone, Debug)]
-pub struct Options {
+pub struct SummaryOptions {
     /// The `args` key grouped by.
     pub by: String,
     /// Also per replay (per `args.correlation`).
@@ -40,9 +40,9 @@ pub struct Options {
     pub hierarchy: Hierarchy,
 }
 
-impl Default for Options {
+impl Default for SummaryOptions {
     fn default() -> Self {
-        Options { by: "name".into(), steps: false, top: 3, hierarchy: Hierarchy::default() }
+        SummaryOptions { by: "name".into(), steps: false, top: 3, hierarchy: Hierarchy::default() }
     }
 }
 
@@ -154,7 +154,7 @@ fn text_of(k: &Kernels, value: u32) -> Option<String> {
 
 impl Summary {
     /// The summary of one trace's graphed kernels.
-    pub fn of_trace(path: &Path, k: &Kernels, options: &Options) -> Summary {
+    pub fn of_trace(path: &Path, k: &Kernels, options: &SummaryOptions) -> Summary {
         let kernels = &k.kernels;
         let mut all: Vec<u32> = (0..kernels.len() as u32).collect();
         all.sort_unstable_by_key(|&i| kernels[i as usize].device);
@@ -571,7 +571,7 @@ impl Summary {
 /// Summarise one trace file.
 pub fn summarize_file(
     path: &Path,
-    options: &Options,
+    options: &SummaryOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Summary, String> {
     let mut kernels = read::read(path, &options.by, progress)?;
@@ -583,11 +583,11 @@ pub fn summarize_file(
 /// that could be read, and one message for each that could not.
 pub fn summarize_files(
     paths: &[PathBuf],
-    options: &Options,
+    options: &SummaryOptions,
     jobs: usize,
     progress: &dyn FilesProgress,
 ) -> (Summary, Vec<String>) {
-    let results = crate::parallel::map(
+    let results = crate::files::many::map(
         paths,
         jobs,
         |i, path| {

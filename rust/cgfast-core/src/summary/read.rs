@@ -3,10 +3,10 @@
 
 use std::path::Path;
 
-use crate::events::{self, for_each_event};
+use crate::index::keys::{Num, Strings};
+use crate::index::Cat;
 use crate::json::{text_of, Cursor, Scalar, Scan, StrSpan};
-use crate::key::{Num, Strings};
-use crate::trace::Cat;
+use crate::read::events::{self, for_each_event};
 
 use super::time::micros_to_nanos;
 
@@ -164,7 +164,7 @@ impl Kernels {
             })
         };
         if cat == Cat::Runtime
-            && matches!(f.name, Some(Scalar::Str(span)) if crate::trace::is_graph_launch(&text_of(buf, span)))
+            && matches!(f.name, Some(Scalar::Str(span)) if crate::index::is_graph_launch(&text_of(buf, span)))
         {
             self.graph_launches.extend(correlation());
         }
@@ -173,17 +173,17 @@ impl Kernels {
         }
         let ts = number(buf, f.ts).and_then(micros_to_nanos);
         let dur = number(buf, f.dur).and_then(micros_to_nanos);
-        if !crate::scan::node_of(buf, f.node, f.graph_id).graphed() {
+        if !crate::read::scan::node_of(buf, f.node, f.graph_id).graphed() {
             self.ungraphed += 1;
             self.ungraphed_ns += dur.unwrap_or(0).max(0);
             let marker = match f.marker {
-                Some(Scalar::Str(span)) => crate::trace::ReplayMarker::from_text(&text_of(buf, span)),
-                _ => crate::trace::ReplayMarker::None,
+                Some(Scalar::Str(span)) => crate::index::ReplayMarker::from_text(&text_of(buf, span)),
+                _ => crate::index::ReplayMarker::None,
             };
             let marked = match marker {
-                crate::trace::ReplayMarker::Ambiguous => Some(&mut self.ambiguous),
-                crate::trace::ReplayMarker::Unmatched => Some(&mut self.unmatched),
-                crate::trace::ReplayMarker::None => None,
+                crate::index::ReplayMarker::Ambiguous => Some(&mut self.ambiguous),
+                crate::index::ReplayMarker::Unmatched => Some(&mut self.unmatched),
+                crate::index::ReplayMarker::None => None,
             };
             if let Some((count, ns)) = marked {
                 *count += 1;

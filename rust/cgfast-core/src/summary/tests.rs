@@ -24,8 +24,12 @@ fn summary_of(text: &str, by: &str, steps: bool) -> Summary {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.json");
     std::fs::write(&path, text).unwrap();
-    summarize_file(&path, &Options { by: by.into(), steps, top: 3, ..Options::default() }, &mut |_, _| {})
-        .unwrap()
+    summarize_file(
+        &path,
+        &SummaryOptions { by: by.into(), steps, top: 3, ..SummaryOptions::default() },
+        &mut |_, _| {},
+    )
+    .unwrap()
 }
 
 fn close(a: f64, b: f64) -> bool {
@@ -160,7 +164,7 @@ fn failures_are_reported_per_file() {
         fn show(&self) {}
     }
     let progress = Finished(Default::default());
-    let (s, failures) = summarize_files(&paths, &Options::default(), 2, &progress);
+    let (s, failures) = summarize_files(&paths, &SummaryOptions::default(), 2, &progress);
     let mut finished = progress.0.into_inner().unwrap();
     finished.sort();
     assert_eq!(finished, vec![(0, true), (1, false), (2, false)]);
@@ -239,7 +243,7 @@ fn rolled_up(depth: Option<usize>, group_layers: bool) -> Summary {
     let hierarchy = hierarchy::Hierarchy { depth, group_layers, tree: false };
     summarize_file(
         &path,
-        &Options { by: "module".into(), steps: true, hierarchy, ..Options::default() },
+        &SummaryOptions { by: "module".into(), steps: true, hierarchy, ..SummaryOptions::default() },
         &mut |_, _| {},
     )
     .unwrap()

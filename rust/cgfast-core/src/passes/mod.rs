@@ -2,12 +2,16 @@
 //! each graphed event goes to, what is noise, which lanes need names, which
 //! overlapping kernels move aside, and which timestamps are jitter to repair.
 
+pub(crate) mod lanes;
+pub mod recover;
+pub(crate) mod spans;
+
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use crate::annotations::Resolved;
-use crate::key::{Key, KeyId, Num, Spelling};
-use crate::lane_plan::{self, LanePasses};
-use crate::trace::{pack, unpack, Cat, Kept, Node, NodeId, Ph, TraceIndex, Tracked, NONE};
+use crate::index::keys::{Key, KeyId, Num, Spelling};
+use crate::index::{pack, unpack, Cat, Kept, Node, NodeId, Ph, TraceIndex, Tracked, NONE};
+use lanes::LanePasses;
 
 /// Which flow-finish events follow a graphed event when it changes lanes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -317,7 +321,7 @@ pub struct LaneSet {
 }
 
 impl LaneSet {
-    fn new(keys: &crate::key::Keys) -> LaneSet {
+    fn new(keys: &crate::index::keys::Keys) -> LaneSet {
         LaneSet { member: vec![false; keys.count()] }
     }
 
@@ -452,7 +456,7 @@ impl Timed {
         if self.flags() & TIMED_DUR_ODD != 0 {
             return Err(Refused { event: self.event(), why: Refusal::DurNotANumber });
         }
-        Ok(start.add(unpack(self.dur, self.flags() & TIMED_DUR_INT != 0)))
+        Ok(start.py_add(unpack(self.dur, self.flags() & TIMED_DUR_INT != 0)))
     }
 }
 
@@ -529,7 +533,7 @@ impl LaneWalk {
     pub fn fix(&mut self, t: &Timed, limit: Num) -> Result<Fix, Refused> {
         let ts = t.ts();
         let fix = if ts.lt(self.prev_end) {
-            let overlap = self.prev_end.sub(ts);
+            let overlap = self.prev_end.py_sub(ts);
             if limit.lt(overlap) {
                 Fix::TooLarge(overlap.as_f64())
             } else {
@@ -550,14 +554,14 @@ pub fn move_overlapping(index: &mut TraceIndex, default_stream: i64, overlap_str
 }
 
 /// `_move_overlapping_to_stream`: graphed kernels on `default_stream` that start
-/// before the previous one ended go to `overlap_stream` (see [`crate::lane_plan`]).
+/// before the previous one ended go to `overlap_stream` (see [`crate::passes::lanes`]).
 pub fn move_overlapping_or_refuse(
     index: &mut TraceIndex,
     default_stream: i64,
     overlap_stream: i64,
     odd: OddEvents,
 ) -> Result<u64, Refused> {
-    lane_plan::run(
+    lanes::run(
         index,
         LanePasses { overlap: Some((default_stream, overlap_stream)), max_adjust_us: None, odd },
     )
@@ -586,13 +590,13 @@ pub fn fix_timestamps(index: &mut TraceIndex, max_adjust_us: f64) -> Fixed {
 
 /// `_fix_overlapping_timestamps`: per lane, a graphed work event that starts at most
 /// `max_adjust_us` before the previous one ends is moved to that end (see
-/// [`crate::lane_plan`]).
+/// [`crate::passes::lanes`]).
 pub fn fix_timestamps_or_refuse(
     index: &mut TraceIndex,
     max_adjust_us: f64,
     odd: OddEvents,
 ) -> Result<Fixed, Refused> {
-    lane_plan::run(index, LanePasses { overlap: None, max_adjust_us: Some(max_adjust_us), odd }).fixed
+    lanes::run(index, LanePasses { overlap: None, max_adjust_us: Some(max_adjust_us), odd }).fixed
 }
 
 /// cgfast's fixes after the reference passes: flow arrows take their event's final
@@ -645,7 +649,7 @@ mod flow_table_tests {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::trace::{Field, Observed};
+    use crate::index::{Field, Observed};
 
     pub(crate) struct Ev {
         cat: &'static str,
@@ -695,7 +699,7 @@ pub(crate) mod tests {
                 args_stream: None,
                 args_name_is_stream: e.stream_name,
                 scope_span: false,
-                replay_marker: crate::trace::ReplayMarker::None,
+                replay_marker: crate::index::ReplayMarker::None,
                 correlation: None,
                 grid_block: None,
             };
@@ -816,7 +820,7 @@ pub(crate) mod tests {
                 args_stream: None,
                 args_name_is_stream: false,
                 scope_span: false,
-                replay_marker: crate::trace::ReplayMarker::None,
+                replay_marker: crate::index::ReplayMarker::None,
                 correlation: None,
                 grid_block: None,
             };

@@ -1,300 +1,15 @@
-//! Reading traces plain or gzipped (detected by magic bytes), chunk by chunk, and
-//! writing outputs atomically, gzipped on all cores when the name ends in `.gz`.
+//! Writing outputs atomically, gzipped on all cores when the name ends in `.gz`.
 
 use std::fs::File;
-use std::io::{self, BufWriter, Read, Write};
+use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use flate2::read::MultiGzDecoder;
 use flate2::{Compress, Compression, FlushCompress, Status};
 
-use crate::direct_io::{self, DirectFile, WriteMode};
-
-pub const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
-const CHUNK: usize = 1 << 20;
-
-/// How many threads to use: `CGFAST_THREADS`, else one per core.
-pub fn threads() -> usize {
-    std::env::var("CGFAST_THREADS")
-        .ok()
-        .and_then(|t| t.parse::<usize>().ok())
-        .filter(|&t| t > 0)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-}
-
-/// Whether the file starts with gzip's magic bytes.
-pub fn is_gzip_file(path: &Path) -> io::Result<bool> {
-    let mut magic = [0u8; 2];
-    let n = read_full(&mut File::open(path)?, &mut magic)?;
-    Ok(n == 2 && magic == GZIP_MAGIC)
-}
-
-pub fn is_gzip_path(path: &Path) -> bool {
-    path.extension().is_some_and(|e| e == "gz")
-}
-
-/// Counts the bytes read from the file itself (compressed bytes for gzip).
-struct Counted<R> {
-    inner: R,
-    count: Arc<AtomicU64>,
-}
-
-impl<R: Read> Read for Counted<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.count.fetch_add(n as u64, Ordering::Relaxed);
-        Ok(n)
-    }
-}
-
-/// The decompressed bytes of a trace file; gzip is inflated on a thread of its own so
-/// that scanning and inflating overlap.
-struct Chunks {
-    source: Source,
-    file_len: u64,
-    read: Arc<AtomicU64>,
-}
-
-enum Source {
-    Plain(Counted<File>),
-    /// Read or inflated on a thread of its own.
-    Ahead(Ahead),
-}
-
-/// Chunks made on a thread of their own, each with `HEADROOM` bytes before its data:
-/// what a window still holds moves there, and the chunk becomes the window without its
-/// data being copied. Spent chunks go back to the thread.
-struct Ahead {
-    full: Receiver<io::Result<(Vec<u8>, usize)>>,
-    spent: SyncSender<Vec<u8>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-const HEADROOM: usize = 64 << 10;
-const AHEAD_CHUNK: usize = 256 << 10;
-
-impl Ahead {
-    fn start(source: impl Read + Send + 'static) -> Ahead {
-        // one chunk waiting and one being read: ahead enough, and little memory
-        let (full_tx, full) = sync_channel(1);
-        let (spent, spent_rx) = sync_channel(2);
-        let thread = std::thread::spawn(move || read_ahead(source, full_tx, spent_rx));
-        Ahead { full, spent, thread: Some(thread) }
-    }
-}
-
-fn read_ahead(
-    mut source: impl Read,
-    full: SyncSender<io::Result<(Vec<u8>, usize)>>,
-    spent: Receiver<Vec<u8>>,
-) {
-    loop {
-        let mut chunk = spent.try_recv().unwrap_or_else(|_| vec![0u8; HEADROOM + AHEAD_CHUNK]);
-        let sent = match read_full(&mut source, &mut chunk[HEADROOM..]) {
-            Ok(0) => return,
-            Ok(n) => full.send(Ok((chunk, n))),
-            Err(e) => full.send(Err(e)),
-        };
-        if sent.is_err() {
-            return;
-        }
-    }
-}
-
-impl Chunks {
-    /// The input from decompressed offset `start` (only 0 for gzip); `ahead`: a plain
-    /// file is read on a thread of its own too.
-    fn open(path: &Path, start: u64, ahead: bool) -> io::Result<Chunks> {
-        let meta = std::fs::metadata(path)?;
-        if meta.is_dir() {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "is a directory"));
-        }
-        let gzip = is_gzip_file(path)?;
-        if gzip && start != 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "a gzip stream is read from its start"));
-        }
-        // counts from `start`, so that progress is an offset in the file
-        let read = Arc::new(AtomicU64::new(start));
-        let mut inner = File::open(path)?;
-        if start != 0 {
-            use std::io::{Seek, SeekFrom};
-            inner.seek(SeekFrom::Start(start))?;
-        }
-        let file = Counted { inner, count: read.clone() };
-        let source = if gzip {
-            Source::Ahead(Ahead::start(MultiGzDecoder::new(io::BufReader::with_capacity(1 << 20, file))))
-        } else if ahead {
-            Source::Ahead(Ahead::start(file))
-        } else {
-            Source::Plain(file)
-        };
-        Ok(Chunks { source, file_len: meta.len(), read })
-    }
-
-    /// Bytes of the file consumed so far (for progress).
-    fn file_position(&self) -> u64 {
-        self.read.load(Ordering::Relaxed)
-    }
-}
-
-/// A sliding view of the decompressed input: `bytes()` starts at input offset `base`.
-/// The buffer is allocated (and zeroed) once and reused, so reading costs no memset.
-pub struct Window {
-    chunks: Chunks,
-    data: Vec<u8>,
-    /// Where in `data` the bytes held start, and how many there are.
-    start: usize,
-    filled: usize,
-    pub base: u64,
-}
-
-impl Window {
-    pub fn open(path: &Path) -> io::Result<Window> {
-        Self::open_at(path, 0)
-    }
-
-    /// The input from (decompressed) offset `start`.
-    pub fn open_at(path: &Path, start: u64) -> io::Result<Window> {
-        Self::open_at_in(path, start, Vec::new())
-    }
-
-    /// As [`Window::open_at`], holding the input in `buffer` (what an earlier window
-    /// gave back with [`Window::into_buffer`]): its memory is already mapped, so it is
-    /// neither zeroed nor faulted in again.
-    pub fn open_at_in(path: &Path, start: u64, buffer: Vec<u8>) -> io::Result<Window> {
-        Ok(Self::with(Chunks::open(path, start, false)?, start, buffer))
-    }
-
-    /// The buffer, for the next window.
-    pub fn into_buffer(self) -> Vec<u8> {
-        self.data
-    }
-
-    /// The input, read ahead on a thread of its own while the caller works on what it
-    /// holds: for a caller that leaves a core free.
-    pub fn open_read_ahead(path: &Path) -> io::Result<Window> {
-        Ok(Self::with(Chunks::open(path, 0, true)?, 0, Vec::new()))
-    }
-
-    fn with(chunks: Chunks, base: u64, buffer: Vec<u8>) -> Window {
-        let data = match chunks.source {
-            Source::Plain(_) if buffer.len() >= 2 * CHUNK => buffer,
-            Source::Plain(_) => vec![0; 2 * CHUNK],
-            Source::Ahead(_) => Vec::new(),
-        };
-        Window { chunks, data, start: 0, filled: 0, base }
-    }
-
-    pub fn bytes(&self) -> &[u8] {
-        &self.data[self.start..self.start + self.filled]
-    }
-
-    /// Input offset just past the bytes held.
-    pub fn end(&self) -> u64 {
-        self.base + self.filled as u64
-    }
-
-    /// Forget the first `n` bytes held.
-    pub fn consume(&mut self, n: usize) {
-        assert!(n <= self.filled, "consumed more than held");
-        self.start += n;
-        self.filled -= n;
-        self.base += n as u64;
-    }
-
-    /// Room in `data` for `n` more bytes after the `filled` held from `start`, which
-    /// move to its front.
-    fn make_room(data: &mut Vec<u8>, start: &mut usize, filled: usize, n: usize) {
-        data.copy_within(*start..*start + filled, 0);
-        *start = 0;
-        if data.len() < filled + n {
-            data.resize(filled + n.max(CHUNK), 0);
-        }
-    }
-
-    /// Read more input after the bytes held; 0 at the end of the input. Fails once a
-    /// stop was requested (every read of a trace comes through here).
-    pub fn fill(&mut self) -> io::Result<usize> {
-        crate::cancel::check()?;
-        match &mut self.chunks.source {
-            Source::Plain(file) => {
-                if self.data.len() - (self.start + self.filled) < CHUNK {
-                    Self::make_room(&mut self.data, &mut self.start, self.filled, 2 * CHUNK);
-                }
-                let at = self.start + self.filled;
-                let n = read_full(file, &mut self.data[at..at + CHUNK])?;
-                self.filled += n;
-                Ok(n)
-            }
-            Source::Ahead(ahead) => match ahead.full.recv() {
-                Ok(Ok((mut chunk, n))) => {
-                    let held = self.filled;
-                    if held <= HEADROOM {
-                        chunk[HEADROOM - held..HEADROOM]
-                            .copy_from_slice(&self.data[self.start..self.start + held]);
-                        let spent = std::mem::replace(&mut self.data, chunk);
-                        if spent.len() == HEADROOM + AHEAD_CHUNK {
-                            let _ = ahead.spent.try_send(spent);
-                        }
-                        self.start = HEADROOM - held;
-                    } else {
-                        // more held than the headroom takes (an element over 64 KB): the
-                        // chunk is copied after it
-                        Self::make_room(&mut self.data, &mut self.start, held, n);
-                        self.data[held..held + n].copy_from_slice(&chunk[HEADROOM..HEADROOM + n]);
-                        let _ = ahead.spent.try_send(chunk);
-                    }
-                    self.filled += n;
-                    Ok(n)
-                }
-                Ok(Err(e)) => Err(e),
-                Err(_) => {
-                    if let Some(thread) = ahead.thread.take() {
-                        let _ = thread.join();
-                    }
-                    Ok(0)
-                }
-            },
-        }
-    }
-
-    pub fn file_position(&self) -> u64 {
-        self.chunks.file_position()
-    }
-
-    pub fn file_len(&self) -> u64 {
-        self.chunks.file_len
-    }
-}
-
-fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
-}
-
-/// Read a whole (small) file, inflating it if it is gzipped.
-pub fn read_all(path: &Path) -> io::Result<Vec<u8>> {
-    let raw = std::fs::read(path)?;
-    if raw.starts_with(&GZIP_MAGIC) {
-        let mut out = Vec::new();
-        MultiGzDecoder::new(&raw[..]).read_to_end(&mut out)?;
-        Ok(out)
-    } else {
-        Ok(raw)
-    }
-}
+use crate::write::direct_io::{self, DirectFile, WriteMode};
 
 /// A file that appears at its path only when [`AtomicFile::commit`] succeeds; until
 /// then it is a hidden temporary beside the target, removed if the run fails. A target
@@ -508,7 +223,7 @@ pub enum Sink {
 }
 
 impl Sink {
-    /// `large` plain outputs may be written around the page cache (see [`crate::direct_io`]).
+    /// `large` plain outputs may be written around the page cache (see [`crate::write::direct_io`]).
     pub fn new(file: File, gzip: bool, level: u32, large: bool) -> Sink {
         if gzip {
             Sink::Gzip(ParallelGz::new(file, level))
@@ -624,7 +339,7 @@ impl Write for Sink {
 
 const GZ_BLOCK: usize = 1 << 20;
 
-struct Block {
+struct GzBlock {
     seq: u64,
     data: Vec<u8>,
     last: bool,
@@ -642,15 +357,15 @@ struct Compressed {
 pub struct ParallelGz {
     pending: Vec<u8>,
     seq: u64,
-    jobs: Option<SyncSender<Block>>,
+    jobs: Option<SyncSender<GzBlock>>,
     workers: Vec<JoinHandle<()>>,
     writer: Option<JoinHandle<io::Result<()>>>,
 }
 
 impl ParallelGz {
     pub fn new(file: File, level: u32) -> ParallelGz {
-        let threads = threads();
-        let (job_tx, job_rx) = sync_channel::<Block>(threads * 2);
+        let threads = crate::threads();
+        let (job_tx, job_rx) = sync_channel::<GzBlock>(threads * 2);
         let (done_tx, done_rx) = sync_channel::<Compressed>(threads * 2);
         let job_rx = Arc::new(Mutex::new(job_rx));
         let workers = (0..threads)
@@ -682,7 +397,7 @@ impl ParallelGz {
     fn send(&mut self, last: bool) -> io::Result<()> {
         crate::cancel::check()?;
         let data = std::mem::replace(&mut self.pending, Vec::with_capacity(if last { 0 } else { GZ_BLOCK }));
-        let block = Block { seq: self.seq, data, last };
+        let block = GzBlock { seq: self.seq, data, last };
         self.seq += 1;
         let jobs = self.jobs.as_ref().expect("open");
         if jobs.send(block).is_err() {
@@ -727,7 +442,7 @@ impl Write for ParallelGz {
     }
 }
 
-fn deflate_block(block: Block, level: u32) -> Compressed {
+fn deflate_block(block: GzBlock, level: u32) -> Compressed {
     let mut crc = crc32fast::Hasher::new();
     crc.update(&block.data);
     let mut z = Compress::new(Compression::new(level), false);
@@ -780,42 +495,7 @@ fn write_member(file: File, done: Receiver<Compressed>) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Read all of `window`, holding back tails of every size (none, small, over
-    /// the read-ahead headroom, over a chunk): what it holds is always the file's bytes.
-    fn walk(mut window: Window, expected: &[u8]) {
-        let tails = [0usize, 1, 7, 4096, HEADROOM, HEADROOM + 1, 300_000, CHUNK + 5];
-        let mut round = 0;
-        loop {
-            assert_eq!(window.bytes(), &expected[window.base as usize..window.end() as usize]);
-            let tail = tails[round % tails.len()].min(window.bytes().len());
-            window.consume(window.bytes().len() - tail);
-            round += 1;
-            if window.fill().unwrap() == 0 {
-                break;
-            }
-        }
-        assert_eq!(window.end(), expected.len() as u64);
-    }
-
-    #[test]
-    fn windows_hold_the_input_however_much_they_keep() {
-        let dir = tempfile::tempdir().unwrap();
-        let data: Vec<u8> = (0..5_300_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
-        let plain = dir.path().join("t.json");
-        std::fs::write(&plain, &data).unwrap();
-        let gz = dir.path().join("t.json.gz");
-        let mut enc = flate2::write::GzEncoder::new(File::create(&gz).unwrap(), Compression::fast());
-        enc.write_all(&data).unwrap();
-        enc.finish().unwrap();
-        walk(Window::open(&plain).unwrap(), &data);
-        walk(Window::open_read_ahead(&plain).unwrap(), &data);
-        walk(Window::open(&gz).unwrap(), &data);
-        walk(Window::open_read_ahead(&gz).unwrap(), &data);
-        let mut from = Window::open_at(&plain, 1_000_003).unwrap();
-        from.fill().unwrap();
-        assert_eq!(&from.bytes()[..10], &data[1_000_003..1_000_013]);
-    }
+    use std::io::Read;
 
     #[test]
     fn parallel_gzip_is_one_member_any_reader_reads() {
@@ -840,7 +520,7 @@ mod tests {
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         // the umask is the process's: read it back from a file open(2) creates
         let probe = dir.path().join("probe");
-        std::fs::OpenOptions::new().write(true).create(true).mode(0o666).open(&probe).unwrap();
+        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o666).open(&probe).unwrap();
         let fresh = dir.path().join("new.json");
         AtomicFile::create(&fresh).unwrap().commit().unwrap();
         assert_eq!(mode(&fresh), mode(&probe));

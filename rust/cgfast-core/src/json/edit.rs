@@ -2,7 +2,7 @@
 //! keep every other byte as it was.
 
 use crate::json::{str_is, Cursor, Scan, StrSpan};
-use crate::scan::{Places, Rel};
+use crate::read::scan::{Places, Rel};
 
 /// One `key: value` to set; `value` is JSON text, `quoted_key` the key as JSON.
 #[derive(Clone, Copy, Debug)]

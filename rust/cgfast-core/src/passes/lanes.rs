@@ -6,12 +6,12 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::key::{Key, KeyId, Num};
+use crate::index::keys::{Key, KeyId, Num};
+use crate::index::{Field, Ph, TraceIndex};
 use crate::passes::{
     float_order, is_lane_candidate, is_plain_start, sort_by_start, Fix, Fixed, LaneWalk, LargeOverlap,
     OddEvents, Refusal, Refused, Timed, TIMED_LANES,
 };
-use crate::trace::{Field, Ph, TraceIndex};
 
 /// Which of the lane passes to run, and how.
 #[derive(Clone, Copy, Debug)]
@@ -124,7 +124,7 @@ impl LanePlan {
                 None => {
                     let why =
                         if e.ts_field() == Field::Missing { Refusal::NoTs } else { Refusal::TsNotANumber };
-                    unstarted.push((i as u32, lane, e.cat == crate::trace::Cat::Kernel, why));
+                    unstarted.push((i as u32, lane, e.cat == crate::index::Cat::Kernel, why));
                 }
             }
         }
@@ -385,7 +385,7 @@ mod tests {
         let dur = |i: usize| idx.events[i].dur().as_f64();
         let mut kernels: Vec<usize> = (0..state.len())
             .filter(|&i| {
-                graphed_work(i) && idx.events[i].cat == crate::trace::Cat::Kernel && state[i].0 == default
+                graphed_work(i) && idx.events[i].cat == crate::index::Cat::Kernel && state[i].0 == default
             })
             .collect();
         kernels.sort_by(|&a, &b| state[a].1.partial_cmp(&state[b].1).unwrap());

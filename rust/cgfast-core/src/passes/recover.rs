@@ -7,9 +7,9 @@ use std::collections::BTreeSet;
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::annotations::{Annotations, GraphNode, NodeKind};
-use crate::key::Num;
+use crate::index::keys::Num;
+use crate::index::{Cat, Node, NodeId, ReplayMarker, Stamp, TraceIndex};
 use crate::passes::sort_by_start;
-use crate::trace::{Cat, Node, NodeId, ReplayMarker, Stamp, TraceIndex};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Recover {
@@ -461,7 +461,7 @@ pub fn recover_with(
     if exact {
         report.malformed_stamps = index.malformed_stamps;
     }
-    let candidate = |e: &crate::trace::Tracked| {
+    let candidate = |e: &crate::index::Tracked| {
         !e.odd()
             && kind_of(e.cat).is_some()
             && e.correlation().is_some_and(|c| index.graph_launches.contains(&c))
@@ -654,18 +654,18 @@ mod tests {
     ];
 
     /// A replay: its correlation and its (kernel, lane, grid) in start order.
-    type Replay<'a> = (i64, &'a [(&'a str, u32, u32)]);
+    type TestReplay<'a> = (i64, &'a [(&'a str, u32, u32)]);
 
     /// A trace of replays (correlation, [(kernel, lane, grid)] in start order), each
     /// launched by a `cudaGraphLaunch`, with no `graph node id`.
-    fn trace_of(replays: &[Replay]) -> TraceIndex {
+    fn trace_of(replays: &[TestReplay]) -> TraceIndex {
         trace_with(replays, &[], "")
     }
 
     /// [`trace_of`], the k-th replay's launch at ts 1000 k + 500 on thread 1 of pid 1,
     /// with CPU ranges (tid, start, dur, name) and `node_ids` (say `, "graph node id": 9`)
     /// in every kernel's args.
-    fn trace_with(replays: &[Replay], ranges: &[(u32, u32, u32, &str)], node_ids: &str) -> TraceIndex {
+    fn trace_with(replays: &[TestReplay], ranges: &[(u32, u32, u32, &str)], node_ids: &str) -> TraceIndex {
         let mut events = Vec::new();
         for (tid, start, dur, name) in ranges {
             events.push(format!(r#"{{"ph": "X", "cat": "user_annotation", "name": "{name}", "pid": 1, "tid": {tid}, "ts": {start}, "dur": {dur}, "args": {{}}}}"#));
@@ -681,7 +681,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.json");
         std::fs::write(&path, format!(r#"{{"traceEvents": [{}]}}"#, events.join(",\n"))).unwrap();
-        crate::scan::scan(&path, &crate::scan::WriteKeys::default(), &mut |_, _| {}).unwrap().0
+        crate::read::scan::scan(&path, &crate::read::scan::WriteKeys::default(), &mut |_, _| {}).unwrap().0
     }
 
     /// A graph's kernel nodes: (name, grid, dependencies as local ids).
@@ -702,7 +702,7 @@ mod tests {
         (exec, nodes)
     }
 
-    fn recovered(graphs: Vec<(u32, Vec<GraphNode>)>, replays: &[Replay]) -> (Vec<Option<i64>>, Recovery) {
+    fn recovered(graphs: Vec<(u32, Vec<GraphNode>)>, replays: &[TestReplay]) -> (Vec<Option<i64>>, Recovery) {
         recovered_in(trace_of(replays), graphs, &[], Recover::Auto)
     }
 
@@ -716,7 +716,8 @@ mod tests {
         let mut nodes: HashMap<NodeId, Vec<crate::annotations::Item>> = HashMap::default();
         for (graph, names) in labels {
             for (local, label) in names.iter().enumerate() {
-                let item = crate::annotations::Item::Other(crate::value::Value::Str(label.to_string()));
+                let item =
+                    crate::annotations::Item::Other(crate::annotations::value::Value::Str(label.to_string()));
                 nodes.insert(((*graph as NodeId) << 32) | local as NodeId, vec![item]);
             }
         }
@@ -772,7 +773,7 @@ mod tests {
         let twin_a = graph(2, &[("k", 4, &[])]);
         let twin_b = graph(4, &[("k", 4, &[])]);
         let other = graph(6, &[("z", 4, &[]), ("z", 4, &[0])]);
-        let replays: &[Replay] =
+        let replays: &[TestReplay] =
             &[(5, &[("k", 7, 4)]), (6, &[("q", 7, 4), ("q", 7, 4)]), (7, &[("z", 7, 4), ("z", 7, 4)])];
         let labels: &[(u32, &[&str])] = &[(2, &["a"]), (4, &["b"])];
         let (ids, report) =
@@ -833,13 +834,13 @@ mod tests {
         let twin_a = graph(2, &[("k", 4, &[])]);
         let twin_b = graph(4, &[("k", 4, &[])]);
         let other = graph(6, &[("z", 4, &[]), ("z", 4, &[0])]);
-        let replays: &[Replay] =
+        let replays: &[TestReplay] =
             &[(5, &[("k", 7, 4)]), (6, &[("q", 7, 4), ("q", 7, 4)]), (7, &[("z", 7, 4), ("z", 7, 4)])];
         let mut nodes: HashMap<NodeId, Vec<crate::annotations::Item>> = HashMap::default();
         for (graph, label) in [(2, "a"), (4, "b")] {
             nodes.insert(
                 (graph as NodeId) << 32,
-                vec![crate::annotations::Item::Other(crate::value::Value::Str(label.into()))],
+                vec![crate::annotations::Item::Other(crate::annotations::value::Value::Str(label.into()))],
             );
         }
         let annotations = Annotations {
@@ -1029,8 +1030,9 @@ mod tests {
             .flatten()
             .map(|e| e.path())
             .find(|p| p.to_string_lossy().contains("kernel_annotations"))?;
-        let annotations = crate::annotation_file::read(&annotations).ok()?;
-        let index = crate::scan::scan(&trace, &crate::scan::WriteKeys::default(), &mut |_, _| {}).ok()?.0;
+        let annotations = crate::annotations::file::read(&annotations).ok()?;
+        let index =
+            crate::read::scan::scan(&trace, &crate::read::scan::WriteKeys::default(), &mut |_, _| {}).ok()?.0;
         let profiler = index
             .events
             .iter()
@@ -1071,9 +1073,13 @@ mod tests {
         let Ok(files) = std::fs::read_dir(&root) else { return };
         let mut checked = 0;
         for file in files.flatten() {
-            let index = crate::scan::scan(&file.path(), &crate::scan::WriteKeys::default(), &mut |_, _| {})
-                .unwrap()
-                .0;
+            let index = crate::read::scan::scan(
+                &file.path(),
+                &crate::read::scan::WriteKeys::default(),
+                &mut |_, _| {},
+            )
+            .unwrap()
+            .0;
             for e in index.events.iter().filter(|e| e.cat == Cat::Kernel) {
                 let name = index.name_of(e);
                 let bare = without_return_type(name);

@@ -4,7 +4,7 @@
 use rustc_hash::FxHashMap as HashMap;
 use std::cmp::Ordering;
 
-use crate::value::py_float_repr;
+use crate::annotations::value::py_float_repr;
 
 /// A JSON number as Python's `json` module reads it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -23,7 +23,7 @@ impl Num {
         }
     }
 
-    pub fn add(self, other: Num) -> Num {
+    pub fn py_add(self, other: Num) -> Num {
         match (self, other) {
             (Num::Int(a), Num::Int(b)) => {
                 a.checked_add(b).map(Num::Int).unwrap_or(Num::Float(a as f64 + b as f64))
@@ -32,7 +32,7 @@ impl Num {
         }
     }
 
-    pub fn sub(self, other: Num) -> Num {
+    pub fn py_sub(self, other: Num) -> Num {
         match (self, other) {
             (Num::Int(a), Num::Int(b)) => {
                 a.checked_sub(b).map(Num::Int).unwrap_or(Num::Float(a as f64 - b as f64))
@@ -187,10 +187,10 @@ fn cmp_int_float(a: i64, b: f64) -> Option<Ordering> {
         return (a as f64).partial_cmp(&b);
     }
     // Equal as floats: decide exactly through the integer part of `b`.
-    if b >= 9.223372036854775807e18 {
+    if b >= 9_223_372_036_854_775_808.0 {
         return Some(Ordering::Less);
     }
-    if b < -9.223372036854775808e18 {
+    if b < -9_223_372_036_854_775_808.0 {
         return Some(Ordering::Greater);
     }
     let bi = b as i64;
@@ -463,11 +463,11 @@ mod tests {
 
     #[test]
     fn python_number_semantics() {
-        assert_eq!(Num::Int(5).add(Num::Float(0.5)), Num::Float(5.5));
-        assert_eq!(Num::Int(5).add(Num::Int(2)), Num::Int(7));
+        assert_eq!(Num::Int(5).py_add(Num::Float(0.5)), Num::Float(5.5));
+        assert_eq!(Num::Int(5).py_add(Num::Int(2)), Num::Int(7));
         assert!(Num::Int(5).lt(Num::Float(5.5)));
         assert!(!Num::Float(5.0).lt(Num::Int(5)));
-        assert_eq!(Num::Int(i64::MAX).py_cmp(Num::Float(9.223372036854775807e18)), Some(Ordering::Less));
+        assert_eq!(Num::Int(i64::MAX).py_cmp(Num::Float(9_223_372_036_854_775_808.0)), Some(Ordering::Less));
         assert_eq!(Key::from_num(Num::Float(7.0)), Some(Key::Int(7)));
         assert_eq!(Key::from_num(Num::Float(f64::NAN)), None);
         assert_eq!(Num::parse(b"5"), Some(Num::Int(5)));

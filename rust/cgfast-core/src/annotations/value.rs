@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::unicode;
+use crate::annotations::unicode;
 
 /// A value of an annotation item: what JSON or a plain PyTorch pickle can hold.
 #[derive(Clone, Debug, PartialEq)]
@@ -143,11 +143,11 @@ pub fn py_float_repr(f: f64) -> String {
     if -4 < decpt && decpt <= 16 {
         if decpt <= 0 {
             out.push_str("0.");
-            out.extend(std::iter::repeat('0').take((-decpt) as usize));
+            out.extend(std::iter::repeat_n('0', (-decpt) as usize));
             out.push_str(&digits);
         } else if decpt as usize >= digits.len() {
             out.push_str(&digits);
-            out.extend(std::iter::repeat('0').take(decpt as usize - digits.len()));
+            out.extend(std::iter::repeat_n('0', decpt as usize - digits.len()));
             out.push_str(".0");
         } else {
             out.push_str(&digits[..decpt as usize]);

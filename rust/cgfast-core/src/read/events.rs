@@ -4,9 +4,9 @@
 
 use std::path::Path;
 
-use crate::io::Window;
 use crate::json::{str_is, Cursor, Scan, ScanError};
-use crate::scan::ScanFailure;
+use crate::read::input::Window;
+use crate::read::scan::ScanFailure;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum State {

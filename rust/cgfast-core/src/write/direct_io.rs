@@ -32,10 +32,6 @@ impl Block {
         self.pages.len() * ALIGN
     }
 
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

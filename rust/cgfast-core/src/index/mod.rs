@@ -1,7 +1,9 @@
 //! The compact index of a trace: only the events a pass may change or whose lane
 //! matters, in the fields the passes read, plus which lanes everything else uses.
 
-use crate::key::{Key, KeyId, Keys, Num, Spelling, Strings};
+pub mod keys;
+
+use crate::index::keys::{Key, KeyId, Keys, Num, Spelling, Strings};
 
 /// No id: a missing key, name, shape or link.
 pub const NONE: u32 = u32::MAX;
@@ -245,7 +247,7 @@ pub(crate) fn unpack(bits: u64, int: bool) -> Num {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
-enum NodeKind {
+enum NodeIdKind {
     Missing,
     Null,
     Zero,
@@ -261,7 +263,7 @@ pub struct Tracked {
     pub cat: Cat,
     pub ph: Ph,
     flags: u32,
-    node_kind: NodeKind,
+    node_kind: NodeIdKind,
     /// `NONE` when the event has no `pid`.
     pub pid: KeyId,
     pub tid: KeyId,
@@ -368,11 +370,11 @@ impl Tracked {
 
     pub fn current_node(&self) -> Node {
         match self.node_kind {
-            NodeKind::Missing => Node::Missing,
-            NodeKind::Null => Node::Null,
-            NodeKind::Zero => Node::Zero,
-            NodeKind::Id => Node::Id(self.node_id()),
-            NodeKind::Other => Node::Other,
+            NodeIdKind::Missing => Node::Missing,
+            NodeIdKind::Null => Node::Null,
+            NodeIdKind::Zero => Node::Zero,
+            NodeIdKind::Id => Node::Id(self.node_id()),
+            NodeIdKind::Other => Node::Other,
         }
     }
 
@@ -429,7 +431,7 @@ impl Tracked {
     }
 
     fn set_node(&mut self, node: NodeId) {
-        self.node_kind = NodeKind::Id;
+        self.node_kind = NodeIdKind::Id;
         self.node = node.unsigned_abs() as u64;
         if node < 0 {
             self.flags |= NODE_NEGATIVE;
@@ -450,7 +452,7 @@ impl Tracked {
 
     /// The node whose annotation the event carries.
     pub fn annotation(&self) -> Option<NodeId> {
-        (self.has(ANNOTATED) && self.node_kind == NodeKind::Id).then(|| self.node_id())
+        (self.has(ANNOTATED) && self.node_kind == NodeIdKind::Id).then(|| self.node_id())
     }
 
     pub fn set_annotated(&mut self) {
@@ -746,16 +748,16 @@ impl TraceIndex {
         };
         let shape = ev.grid_block.map_or(NONE, |gb| self.shape_id(gb));
         let (node_kind, node) = match ev.node {
-            Node::Missing => (NodeKind::Missing, 0),
-            Node::Null => (NodeKind::Null, 0),
-            Node::Zero => (NodeKind::Zero, 0),
+            Node::Missing => (NodeIdKind::Missing, 0),
+            Node::Null => (NodeIdKind::Null, 0),
+            Node::Zero => (NodeIdKind::Zero, 0),
             Node::Id(i) if i.unsigned_abs() <= u64::MAX as u128 => {
                 if i < 0 {
                     flags |= NODE_NEGATIVE;
                 }
-                (NodeKind::Id, i.unsigned_abs() as u64)
+                (NodeIdKind::Id, i.unsigned_abs() as u64)
             }
-            Node::Id(_) | Node::Other => (NodeKind::Other, 0),
+            Node::Id(_) | Node::Other => (NodeIdKind::Other, 0),
         };
         let args_stream = ev.args_stream.map_or(NONE, |s| self.keys.id(s));
         self.events.push(Tracked {
@@ -880,8 +882,8 @@ mod size_tests {
     fn index_entries_stay_small() {
         assert!(size_of::<super::Tracked>() <= 80);
         assert!(size_of::<super::Flow>() <= 32);
-        assert!(size_of::<crate::scan::Span>() <= 16);
-        assert!(size_of::<crate::scan::Places>() <= 20);
+        assert!(size_of::<crate::read::scan::ByteSpan>() <= 16);
+        assert!(size_of::<crate::read::scan::Places>() <= 20);
     }
 
     #[test]

@@ -1,10 +1,10 @@
 //! An annotation's `args` writes as JSON text, prepared once per node for the rewrite.
 
-use crate::edit::Set;
+use crate::json::edit::Set;
 use crate::json::quote;
-use crate::scan::Places;
+use crate::read::scan::Places;
 
-/// The `args` keys a splice replaces where they stand (see [`crate::edit::splice`]).
+/// The `args` keys a splice replaces where they stand (see [`crate::json::edit::splice`]).
 const IN_PLACE: [&str; 2] = ["stream", "graph node id"];
 
 /// One write: key, key as JSON, value as JSON.
@@ -122,9 +122,9 @@ mod tests {
             Some(at) => {
                 let start = at + key.len() + 4;
                 let len = event[start..].find([',', '}']).unwrap();
-                crate::scan::Rel { start: start as u16, len: len as u16 }
+                crate::read::scan::Rel { start: start as u16, len: len as u16 }
             }
-            None => crate::scan::Rel::NONE,
+            None => crate::read::scan::Rel::NONE,
         };
         let args_close =
             event.find("\"args\": {").map_or(u16::MAX, |at| (at + event[at..].find('}').unwrap()) as u16);
@@ -141,7 +141,7 @@ mod tests {
 
     #[test]
     fn the_run_splices_what_parsing_every_write_gives() {
-        use crate::edit::{splice, Editor, EventEdits};
+        use crate::json::edit::{splice, Editor, EventEdits};
         let events = [
             r#"{"ph": "X", "tid": 7, "ts": 1.5, "args": {"stream": 7, "graph node id": 5}}"#,
             r#"{"ph": "X", "tid": 7, "ts": 1.5, "args": {"graph node id": 5}}"#,

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::value::Value;
+use crate::annotations::value::Value;
 
 #[derive(Clone, Debug)]
 enum Obj {

@@ -17,11 +17,12 @@ use rustc_hash::FxHashMap as HashMap;
 use std::io::Write;
 use std::path::Path;
 
+use crate::annotations::value::Value;
 use crate::annotations::{Annotations, GraphNode, Item, NodeKind};
-use crate::io::{is_gzip_path, AtomicFile};
-use crate::json_value;
-use crate::trace::NodeId;
-use crate::value::Value;
+use crate::index::NodeId;
+use crate::json::value as json_value;
+use crate::read::input::is_gzip_path;
+use crate::write::output::AtomicFile;
 
 pub const FORMAT: &str = "cgfast-annotations";
 pub const VERSION: i128 = 1;
@@ -29,14 +30,14 @@ pub const VERSION: i128 = 1;
 /// Read an annotation file; the error is one line naming the file.
 pub fn read(path: &Path) -> Result<Annotations, String> {
     let shown = path.display();
-    let bytes = crate::io::read_all(path).map_err(|e| format!("{shown}: {e}"))?;
+    let bytes = crate::read::input::read_all(path).map_err(|e| format!("{shown}: {e}"))?;
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace()).copied();
     let document = match first {
         None => return Err(format!("{shown}: the annotation file is empty")),
         Some(b'{') => json_value::parse(&bytes)
             .map_err(|(at, expected)| format!("{shown}: not valid JSON: expected {expected} at byte {at}"))?,
         Some(_) if looks_like_pickle(&bytes) => {
-            crate::pickle::load(&bytes).map_err(|e| format!("{shown}: {e}"))?
+            crate::annotations::pickle::load(&bytes).map_err(|e| format!("{shown}: {e}"))?
         }
         Some(_) => {
             return Err(format!(

@@ -4,24 +4,24 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-pub use crate::event_fields::WriteKeys;
-use crate::event_fields::{self, Raw};
-use crate::io::Window;
+use crate::index::keys::{Key, Keys, Num, Spelling};
+use crate::index::{is_tracked, Cat, Field, Kept, Node, Observed, Ph, TraceIndex};
 use crate::json::{str_is, text_of, Cursor, Scalar, Scan, ScanError};
-use crate::key::{Key, Keys, Num, Spelling};
-use crate::trace::{is_tracked, Cat, Field, Kept, Node, Observed, Ph, TraceIndex};
+pub use crate::read::event_fields::WriteKeys;
+use crate::read::event_fields::{self, Raw};
+use crate::read::input::Window;
 
 /// Where a tracked event sits in the (decompressed) input, for pass two. The separators
 /// around it are found again when it is removed (rarely): they are not kept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Span {
+pub struct ByteSpan {
     pub start: u64,
     len: u32,
 }
 
-impl Span {
-    pub fn new(start: u64, end: u64) -> Span {
-        Span { start, len: (end - start) as u32 }
+impl ByteSpan {
+    pub fn new(start: u64, end: u64) -> ByteSpan {
+        ByteSpan { start, len: (end - start) as u32 }
     }
 
     pub fn end(&self) -> u64 {
@@ -33,9 +33,9 @@ impl Span {
 #[derive(Clone, Debug, Default)]
 pub struct Layout {
     /// One span per tracked event, in the order of `TraceIndex::events`.
-    pub event_spans: Vec<Span>,
+    pub event_spans: Vec<ByteSpan>,
     /// One span per flow, in the order of `TraceIndex::flows`.
-    pub flow_spans: Vec<Span>,
+    pub flow_spans: Vec<ByteSpan>,
     /// Where to splice the edits of each tracked event, and of each flow.
     pub event_places: Vec<Places>,
     pub flow_places: Vec<FlowPlaces>,
@@ -222,13 +222,13 @@ fn node(buf: &[u8], s: Option<Scalar>) -> Node {
         Some(Scalar::Number { start, end }) => match Num::parse(&buf[start..end]) {
             Some(n) if n.as_f64() == 0.0 => Node::Zero,
             Some(n) => match Key::from_num(n) {
-                Some(Key::Int(i)) => Node::Id(i as crate::trace::NodeId),
+                Some(Key::Int(i)) => Node::Id(i as crate::index::NodeId),
                 _ => Node::Other,
             },
             // An integer beyond 64 bits: Python compares it exactly.
             None => std::str::from_utf8(&buf[start..end])
                 .ok()
-                .and_then(|t| t.parse::<crate::trace::NodeId>().ok())
+                .and_then(|t| t.parse::<crate::index::NodeId>().ok())
                 .map_or(Node::Other, Node::Id),
         },
         Some(_) => Node::Other,
@@ -267,9 +267,9 @@ fn dims(buf: &[u8], s: Option<Scalar>) -> Option<[u32; 3]> {
 fn names_a_stamp(buf: &[u8], name: Option<Scalar>) -> bool {
     match name {
         Some(Scalar::Str(span)) if !span.escaped => {
-            buf[span.start..span.end].starts_with(crate::trace::STAMP_PREFIX.as_bytes())
+            buf[span.start..span.end].starts_with(crate::index::STAMP_PREFIX.as_bytes())
         }
-        Some(Scalar::Str(span)) => text_of(buf, span).starts_with(crate::trace::STAMP_PREFIX),
+        Some(Scalar::Str(span)) => text_of(buf, span).starts_with(crate::index::STAMP_PREFIX),
         _ => false,
     }
 }
@@ -328,8 +328,8 @@ fn observe(buf: &[u8], raw: &Raw, ordinal: u32, index: &mut TraceIndex) -> Kept 
         args_name_is_stream: matches!(raw.args_name, Some(Scalar::Str(span)) if text_of(buf, span).starts_with("stream ")),
         scope_span: matches!(raw.args_cgfast, Some(Scalar::Str(span)) if text_of(buf, span) == "scope"),
         replay_marker: match raw.args_cgfast {
-            Some(Scalar::Str(span)) => crate::trace::ReplayMarker::from_text(&text_of(buf, span)),
-            _ => crate::trace::ReplayMarker::None,
+            Some(Scalar::Str(span)) => crate::index::ReplayMarker::from_text(&text_of(buf, span)),
+            _ => crate::index::ReplayMarker::None,
         },
         correlation: raw.correlation.and_then(|s| num(buf, s)).and_then(|n| match n {
             Num::Int(i) => Some(i),
@@ -471,7 +471,7 @@ impl<'k> Segment<'k> {
                     Kept::Lane
                 };
                 let abs_end = base + c.pos as u64;
-                let span = Span::new(abs_start, abs_end);
+                let span = ByteSpan::new(abs_start, abs_end);
                 match kept {
                     Kept::Event(_) => {
                         self.layout.event_spans.push(span);
@@ -605,9 +605,9 @@ pub fn scan(
     write_keys: &WriteKeys,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<(TraceIndex, Layout), ScanFailure> {
-    let threads = crate::io::threads().min(8);
+    let threads = crate::threads().min(8);
     let len = std::fs::metadata(path)?.len();
-    if threads > 1 && len >= PARALLEL_FROM && !crate::io::is_gzip_file(path)? {
+    if threads > 1 && len >= PARALLEL_FROM && !crate::read::input::is_gzip_file(path)? {
         if let Some(result) = scan_parallel(path, write_keys, threads, SEGMENT_BYTES, len, progress)? {
             return Ok(result);
         }
@@ -837,8 +837,8 @@ impl<'k> Joined<'k> {
 
 /// Empty vectors of a joined segment.
 struct Spare {
-    events: Vec<crate::trace::Tracked>,
-    flows: Vec<crate::trace::Flow>,
+    events: Vec<crate::index::Tracked>,
+    flows: Vec<crate::index::Flow>,
     layout: Layout,
 }
 

@@ -1,12 +1,17 @@
 //! Annotations: node id -> items (dicts or strings), as the capture layer records
 //! them, and the recorded topology of each executable graph.
 
+pub mod file;
+pub mod pickle;
+pub(crate) mod unicode;
+pub mod value;
+
 use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::trace::NodeId;
-use crate::value::Value;
+use crate::annotations::value::Value;
+use crate::index::NodeId;
 
 /// One item of a node's annotation list.
 #[derive(Clone, Debug, PartialEq)]

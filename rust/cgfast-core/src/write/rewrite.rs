@@ -4,8 +4,8 @@
 use std::io::{self, Write};
 use std::path::Path;
 
-use crate::io::Window;
-use crate::scan::{Layout, Span};
+use crate::read::input::Window;
+use crate::read::scan::{ByteSpan, Layout};
 
 /// What happens to one element of `traceEvents`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,14 +19,14 @@ pub enum Action {
 
 #[derive(Clone, Copy, Debug)]
 pub struct Change {
-    pub span: Span,
+    pub span: ByteSpan,
     /// Position in `traceEvents`.
     pub ordinal: u64,
     pub action: Action,
 }
 
 /// The input as pass two walks it: `done` is how far it has been written out.
-struct Cursor {
+struct InputCursor {
     window: Window,
     done: u64,
 }
@@ -35,7 +35,7 @@ fn changed_under_us() -> io::Error {
     io::Error::new(io::ErrorKind::UnexpectedEof, "the trace changed while it was being read")
 }
 
-impl Cursor {
+impl InputCursor {
     /// Hold the input up to `upto`, keeping what is not yet written.
     fn ensure(&mut self, upto: u64) -> io::Result<()> {
         while self.window.end() < upto {
@@ -122,6 +122,9 @@ impl Cursor {
     }
 }
 
+/// Writes the replacement of event `id` (its original bytes given) into the buffer.
+pub type EditEvent<'a> = dyn FnMut(usize, &[u8], &mut Vec<u8>) + 'a;
+
 /// Rewrite `input` into `out`, applying `changes` (in input order; `edit(id, original,
 /// replacement)` writes each replacement) and appending what `appended()` gives (asked
 /// for at the end, so that it can be made meanwhile) at the end of `traceEvents`.
@@ -129,13 +132,13 @@ pub fn rewrite(
     input: &Path,
     layout: &Layout,
     changes: impl Iterator<Item = Change>,
-    edit: &mut dyn FnMut(usize, &[u8], &mut Vec<u8>),
+    edit: &mut EditEvent,
     appended: &mut dyn FnMut() -> Vec<String>,
     out: &mut dyn Write,
     progress: &mut dyn FnMut(u64, u64),
 ) -> io::Result<()> {
     let mut replacement = Vec::with_capacity(4096);
-    let mut w = Cursor { window: Window::open_read_ahead(input)?, done: 0 };
+    let mut w = InputCursor { window: Window::open_read_ahead(input)?, done: 0 };
     let mut removed: u64 = 0;
     let mut since_progress = 0u64;
     for change in changes {

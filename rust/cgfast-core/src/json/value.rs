@@ -3,9 +3,9 @@
 
 use std::collections::HashMap;
 
+use crate::annotations::value::{py_float_repr, Value};
+use crate::index::keys::Num;
 use crate::json::{push_quoted, Cursor, Scalar, Scan, ScanError};
-use crate::key::Num;
-use crate::value::{py_float_repr, Value};
 
 const MAX_DEPTH: usize = 512;
 

@@ -11,10 +11,10 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
+use crate::index::keys::{KeyId, Num, Spelling};
+use crate::index::{NodeId, TraceIndex, NONE};
 use crate::json::quote;
-use crate::key::{KeyId, Num, Spelling};
 use crate::passes::{is_lane_candidate, OddEvents};
-use crate::trace::{NodeId, TraceIndex, NONE};
 
 /// A scope span: a prefix of the key's value over a run of events on one lane.
 #[derive(Clone, Copy, Debug, PartialEq)]

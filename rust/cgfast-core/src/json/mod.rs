@@ -1,6 +1,9 @@
 //! A validating JSON scanner over a byte window: it finds the spans of values and
 //! skips what it does not need, without building a tree.
 
+pub mod edit;
+pub mod value;
+
 use memchr::memchr2;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
