@@ -36,7 +36,8 @@ class TorchStreams:
         return stream.cuda_stream  # type: ignore[attr-defined]
 
     def use(self, stream: object):
-        return self._torch.cuda.stream(stream)
+        # StreamOps takes any stream object; torch itself rejects what is not a Stream
+        return self._torch.cuda.stream(stream)  # type: ignore[arg-type]
 
 
 class State:

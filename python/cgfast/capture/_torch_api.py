@@ -40,7 +40,7 @@ def _cgfast_records(private) -> bool:
     """Whether torch cannot record (no tools ids) and cgfast can."""
     try:
         unavailable = private._is_tools_id_unavailable()
-    except Exception:
+    except Exception:  # a private torch API: where it fails, torch records as before
         return False
     return unavailable and state.backend() is not None
 
