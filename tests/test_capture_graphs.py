@@ -6,7 +6,7 @@ import pytest
 
 from cgfast import capture
 from cgfast.capture._graphs import patch_class, unpatch_class
-from fake_graph_driver import FakeCUDAGraph, capturing, fake  # noqa: F401  (fixture)
+from fake_graph_driver import FakeCUDAGraph, capturing
 
 BOTH_TORCH_STYLES = pytest.mark.parametrize(
     "python_instantiate", [True, False], ids=["torch>=2.15", "torch<=2.14"]

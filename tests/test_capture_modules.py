@@ -19,7 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from cgfast import capture  # noqa: E402
 from cgfast.capture._state import state  # noqa: E402
-from fake_graph_driver import FakeCUDAGraph, capturing, fake  # noqa: E402,F401  (fixture)
+from fake_graph_driver import FakeCUDAGraph, capturing  # noqa: E402
 
 
 def innermost_module(names):

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from cgfast import capture  # noqa: E402
 from cgfast.capture._graphs import patch_class, unpatch_class  # noqa: E402
-from fake_graph_driver import FakeCUDAGraph, capturing, fake  # noqa: E402,F401  (fixture)
+from fake_graph_driver import FakeCUDAGraph, capturing  # noqa: E402
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 
 from cgfast import capture
 from cgfast.capture._interface import NodeType
-from fake_graph_driver import FakeCUDAGraph, capturing, fake  # noqa: F401  (fixture)
+from fake_graph_driver import FakeCUDAGraph, capturing
 
 
 def exec_key(cuda_graph: FakeCUDAGraph, node) -> int:

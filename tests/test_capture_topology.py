@@ -6,7 +6,7 @@ import logging
 
 from cgfast import capture
 from cgfast.capture._interface import NodeType
-from fake_graph_driver import FakeCUDAGraph, capturing, fake  # noqa: F401  (fixture)
+from fake_graph_driver import FakeCUDAGraph, capturing
 
 
 def test_topology_lists_every_annotatable_node_with_collapsed_dependencies(fake):

@@ -11,7 +11,7 @@ public = pytest.importorskip("torch.cuda.graph_annotations")
 
 from cgfast import capture  # noqa: E402
 from cgfast.capture._scopes import mark_kernels as cgfast_mark_kernels  # noqa: E402
-from fake_graph_driver import FakeCUDAGraph, capturing, fake  # noqa: E402,F401  (fixture)
+from fake_graph_driver import FakeCUDAGraph, capturing  # noqa: E402
 
 TORCH_MARK_KERNELS = private.mark_kernels
 TORCH_SET_ENABLED = private._set_annotations_enabled

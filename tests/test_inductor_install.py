@@ -13,11 +13,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import cgfast.inductor  # noqa: E402
 from torch._inductor import config  # noqa: E402
 from torch._inductor.codegen import common  # noqa: E402
 from torch._inductor.codegen.wrapper import PythonWrapperCodegen  # noqa: E402
 
+import cgfast.inductor  # noqa: E402
 from cgfast.inductor import _cudagraphs, _install  # noqa: E402
 from cgfast.inductor._wrapper import AnnotatingPythonWrapperCodegen  # noqa: E402
 

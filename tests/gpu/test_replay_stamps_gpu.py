@@ -34,13 +34,13 @@ transformers = pytest.importorskip("transformers")
 from cgfast import capture  # noqa: E402
 from test_end_to_end_gpu import (  # noqa: E402,F401  (fixtures)
     GroundTruth,
-    clean_registry,
-    inductor_truth,
+    clean_registry_fixture,
+    inductor_truth_fixture,
     load,
     out_dir,
     profile_replays,
     run_compiled,
-    truth,
+    truth_fixture,
     verify,
 )
 
