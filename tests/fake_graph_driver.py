@@ -21,7 +21,7 @@ from cgfast.capture._state import state
 
 
 class FakeNode:
-    def __init__(self, graph: "FakeGraph", node_type: NodeType, launch: Optional[KernelLaunch]):
+    def __init__(self, graph: FakeGraph, node_type: NodeType, launch: Optional[KernelLaunch]):
         self.handle = 0
         self.graph = graph
         self.local_id = len(graph.nodes)

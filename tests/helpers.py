@@ -58,7 +58,7 @@ CGFAST_BIN = ROOT / "target" / "release" / "cgfast"
 # --------------------------------------------------------------------------- reference
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _reference():
     """(module, None) or (None, why it could not be obtained)."""
     import torch_reference  # tools/torch_reference.py
@@ -67,7 +67,7 @@ def _reference():
         # an explicit path that does not work is a mistake, not "offline": no skip
         try:
             return torch_reference.load_reference(), None
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             pytest.fail(
                 f"CGFAST_REFERENCE={os.environ['CGFAST_REFERENCE']} can not be loaded: {e!r}", pytrace=False
             )
@@ -122,7 +122,7 @@ def h200_traces() -> list[Path]:
     return sorted(d.glob("*.json.gz"))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def gen_trace_module():
     spec = importlib.util.spec_from_file_location("cgfast_bench_gen_trace", ROOT / "bench" / "gen_trace.py")
     module = importlib.util.module_from_spec(spec)
@@ -427,7 +427,6 @@ def expected_pipeline(
     # Fix 2: every lane with work has a thread_name (the overlap lane included).
     work_tids = {e.get("tid") for e in final if e.get("cat") in WORK}
     named = {e.get("tid") for e in final if e.get("ph") == "M" and e.get("name") == "thread_name"}
-    appended_by_ref = sum(1 for e in final if id(e) not in index)
     for tid in sorted(work_tids - named):
         final.append(
             {
@@ -444,9 +443,12 @@ def expected_pipeline(
     absent = len(snapshot) - len(final_of)
     flows_moved = 0
     for i, e in final_of.items():
-        if e.get("cat") == "ac2g" and e.get("ph") == "f":
-            if (e.get("tid"), e.get("ts")) != (snapshot[i].get("tid"), snapshot[i].get("ts")):
-                flows_moved += 1
+        if (
+            e.get("cat") == "ac2g"
+            and e.get("ph") == "f"
+            and (e.get("tid"), e.get("ts")) != (snapshot[i].get("tid"), snapshot[i].get("ts"))
+        ):
+            flows_moved += 1
     top = {k: v for k, v in parsed.items() if k != "traceEvents"}
     return Expected(
         events=json.loads(json.dumps(final)),
@@ -611,7 +613,7 @@ def check_spans(events: list, spans: list, key: str = "module") -> None:
         lane_events.sort(key=lambda e: _ns(e["ts"]))
         cluster: list = []
         cluster_end = None
-        for e in lane_events + [None]:
+        for e in [*lane_events, None]:
             start = None if e is None else _ns(e["ts"])
             if cluster and (e is None or start >= cluster_end):
                 path = None

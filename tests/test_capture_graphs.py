@@ -91,20 +91,18 @@ def test_remapping_one_graph_leaves_another_pending_graph_alone(fake):
 def test_recaptured_graph_object_gets_fresh_keys_and_old_ones_stay(fake):
     capture.enable_annotations()
     g = FakeCUDAGraph(fake)
-    with capturing(g):
-        with capture.mark_kernels("v1"):
-            old = fake.launch("k")
+    with capturing(g), capture.mark_kernels("v1"):
+        old = fake.launch("k")
     old_exec = g.graph_exec.id
-    with capturing(g):
-        with capture.mark_kernels("v2"):
-            new = fake.launch("k")
+    with capturing(g), capture.mark_kernels("v2"):
+        new = fake.launch("k")
     registry = capture.get_kernel_annotations()
     assert registry[old_exec << 32 | old.local_id] == [{"name": "v1"}]
     assert registry[g.graph_exec.id << 32 | new.local_id] == [{"name": "v2"}]
 
 
 def test_capture_while_disabled_records_nothing_even_if_enabled_before_instantiate(fake):
-    g, nodes = capture_one(fake, "off", keep_graph=True)
+    g, _nodes = capture_one(fake, "off", keep_graph=True)
     capture.enable_annotations()
     g.instantiate()
     assert dict(capture.get_kernel_annotations()) == {}
@@ -153,12 +151,11 @@ def test_a_failed_capture_leaves_no_keys(fake):
     capture.enable_annotations()
     g = FakeCUDAGraph(fake)
     side = fake.new_stream()
-    with pytest.raises(RuntimeError, match="Unjoined"):
-        with capturing(g) as main:
-            fake.launch("a")
-            fake.wait_stream(side, main)
-            with capture.mark_kernels("never joined"), fake.use(side):
-                fake.launch("s")
+    with pytest.raises(RuntimeError, match="Unjoined"), capturing(g) as main:
+        fake.launch("a")
+        fake.wait_stream(side, main)
+        with capture.mark_kernels("never joined"), fake.use(side):
+            fake.launch("s")
     assert dict(capture.get_kernel_annotations()) == {}
     assert capture.get_graph_topology() == {}
     h, nodes = capture_one(fake, "next")

@@ -55,9 +55,8 @@ def test_torch_scopes_are_recorded_by_cgfast_without_tools_ids(driver_without_to
 
 def test_torch_scopes_outside_an_annotated_capture_record_nothing(driver_without_tools_ids):
     fake = driver_without_tools_ids
-    with capturing(FakeCUDAGraph(fake)):
-        with public.mark_kernels("phase_A"):
-            fake.launch("a")
+    with capturing(FakeCUDAGraph(fake)), public.mark_kernels("phase_A"):
+        fake.launch("a")
     assert len(capture.get_kernel_annotations()) == 0
 
 

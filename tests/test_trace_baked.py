@@ -35,7 +35,7 @@ def baked_trace(path, replays=2):
             fragment, stream, _ = export._annotation_args(ANNOTATIONS[GRAPH << 32 | local])
             parts = [
                 f'"correlation": {100 + r}',
-                f'"stream": 7',
+                '"stream": 7',
                 f'"graph id": {GRAPH}',
                 f'"graph node id": {local}',
                 fragment,

@@ -203,9 +203,9 @@ def test_unreadable_trace_paths(tmp_path, command):
     (tmp_path / "adir.json").mkdir()
     fail_cli(command, tmp_path / "adir.json", "-a", ann, mention="adir.json")
     assert_nothing_left(tmp_path, {"ann.json", "adir.json"})
-    with pytest.raises(TraceError, match="missing.json"):
+    with pytest.raises(TraceError, match=r"missing\.json"):
         cgfast.annotate_file(tmp_path / "missing.json", ann)
-    with pytest.raises(TraceError, match="adir.json"):
+    with pytest.raises(TraceError, match=r"adir\.json"):
         cgfast.annotate_file(tmp_path / "adir.json", ann)
 
 
@@ -340,7 +340,7 @@ def test_bad_annotations(tmp_path, good, case, command):
 def test_missing_annotation_file(tmp_path, good, command):
     trace, _ = good
     fail_cli(command, trace, "-a", tmp_path / "nope.pkl", mention="nope.pkl")
-    with pytest.raises(TraceError, match="nope.pkl"):
+    with pytest.raises(TraceError, match=r"nope\.pkl"):
         cgfast.annotate_file(trace, tmp_path / "nope.pkl")
     assert not (tmp_path / "trace.annotated.json").exists()
 

@@ -59,7 +59,7 @@ def test_a_signal_stops_the_run_cleanly(tmp_path, big_trace, command, signum, ex
         out.write_bytes(b"precious")
         os.utime(out, (1_000_000_000, 1_000_000_000))
     proc = subprocess.Popen(
-        command + [str(trace), "-a", str(ann), "-o", str(out)],
+        [*command, str(trace), "-a", str(ann), "-o", str(out)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

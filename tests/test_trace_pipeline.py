@@ -129,7 +129,7 @@ def test_gen_trace_matches_the_expected_pipeline(ref, gen_traces, tmp_path, seed
     else:
         annotations = d / f"kernel_annotations_rank0_1.{kind}"
     output = tmp_path / ("out.json.gz" if gz_out else "out.json")
-    report, exp = run_pipeline(ref, src, annotations, output)
+    _report, exp = run_pipeline(ref, src, annotations, output)
     assert (output.read_bytes()[:2] == b"\x1f\x8b") == gz_out, "gzip is chosen by the output's suffix"
     # the synthetic trace exercises every pass
     assert (
@@ -139,7 +139,7 @@ def test_gen_trace_matches_the_expected_pipeline(ref, gen_traces, tmp_path, seed
 
 
 def test_gen_trace_through_annotate_file(ref, gen_traces, tmp_path):
-    d, trace, ann = gen_traces[2]
+    d, trace, _ann = gen_traces[2]
     with captured_fd1() as box:
         report, exp = run_pipeline(
             ref, trace, d / "kernel_annotations_rank0_1.pkl", tmp_path / "o.json", cli=False
@@ -149,7 +149,7 @@ def test_gen_trace_through_annotate_file(ref, gen_traces, tmp_path):
 
 
 def test_annotate_file_takes_a_mapping(ref, gen_traces, tmp_path):
-    d, trace, ann = gen_traces[0]
+    _d, trace, ann = gen_traces[0]
     text = trace.read_text()
     report = cgfast.annotate_file(str(trace), ann, tmp_path / "o.json")
     exp = expected_pipeline(ref, text, ann)
@@ -160,20 +160,20 @@ def test_annotate_file_takes_a_mapping(ref, gen_traces, tmp_path):
 @pytest.mark.parametrize(
     "opts",
     [
-        dict(default_stream=143),
-        dict(overlap_stream=99),
-        dict(max_adjust_us=0.0),
-        dict(max_adjust_us=5.0),
-        dict(default_stream=0, overlap_stream=7),
+        {"default_stream": 143},
+        {"overlap_stream": 99},
+        {"max_adjust_us": 0.0},
+        {"max_adjust_us": 5.0},
+        {"default_stream": 0, "overlap_stream": 7},
     ],
 )
 def test_gen_trace_with_options(ref, gen_traces, tmp_path, opts):
-    d, trace, ann = gen_traces[1]
+    d, trace, _ann = gen_traces[1]
     run_pipeline(ref, trace, d / "kernel_annotations_rank0_1.json", tmp_path / "o.json", **opts)
 
 
 def test_gen_trace_options_through_annotate_file(ref, gen_traces, tmp_path):
-    d, trace, ann = gen_traces[0]
+    d, trace, _ann = gen_traces[0]
     run_pipeline(
         ref,
         trace,
@@ -220,7 +220,7 @@ def test_flows_sit_at_their_kernels_final_place(ref, gen_traces, tmp_path, seed)
     assert proc.returncode == 0, proc.stderr
     exp = expected_pipeline(ref, trace.read_text(), ann)
     ours = load_json(out)["traceEvents"]
-    ours_at, ours_total = flows_at_kernels(ours)
+    ours_at, _ours_total = flows_at_kernels(ours)
     ref_at, ref_total = flows_at_kernels(exp.ref_events)
     assert ours_at >= ref_at
     assert ref_at < ref_total, "premise: the reference loses flows when kernels move after annotate"
@@ -742,7 +742,7 @@ def test_unused_annotation_with_a_bad_stream(ref, tmp_path):
 
 @pytest.mark.parametrize("node", [2**63 - 1, 2**63, 2**63 + 5, 2**64 - 1])
 def test_64_bit_node_ids_in_files(ref, tmp_path, node):
-    got, report = file_case(
+    _got, report = file_case(
         ref, tmp_path, [TN(7), K(7, 10, node=node), F(7, 10)], {node: [{"name": "big", "stream": 60}]}
     )
     assert report["annotated"] == 1
@@ -858,7 +858,7 @@ def test_duplicate_keys_in_events(ref, tmp_path):
 
 def test_trace_events_key_inside_other_values(ref, tmp_path):
     top_before = '"deviceProperties": [{"traceEvents": [{"ph": "X", "cat": "kernel", "tid": 7, "ts": 1, "args": {"graph node id": 5}}]}], "s": "\\"traceEvents\\": [", '
-    got, report = file_case(
+    _got, report = file_case(
         ref,
         tmp_path,
         [TN(7), K(7, 10, node=5), F(7, 10)],
@@ -898,7 +898,7 @@ GPU_TIDS = [7, 8, 20, 60, 61, 143]
 NODES = [1, 2, 3, 4, 5, 6, 8589934592, 8589934593]
 SAFE_TEXT = st.text(
     alphabet=st.sampled_from(
-        list("abcxyz _.:<>()[]{},'\"\\/") + ["\n", "\t", "µ", "é", "ü", "中", "\U0001f600", "\u00e9", "\x01"]
+        [*list("abcxyz _.:<>()[]{},'\"\\/"), "\n", "\t", "µ", "é", "ü", "中", "😀", "é", "\x01"]
     ),
     max_size=10,
 )
@@ -959,7 +959,7 @@ def annotation_items():
     )
 
 
-annotations_st = st.dictionaries(st.sampled_from(NODES + [0, 99]), annotation_items(), max_size=8)
+annotations_st = st.dictionaries(st.sampled_from([*NODES, 0, 99]), annotation_items(), max_size=8)
 
 
 @st.composite
@@ -978,7 +978,7 @@ def file_traces(draw):
             if draw(st.booleans()):
                 args["correlation"] = draw(st.integers(0, 9))
             if kind == "graphed":
-                args["graph node id"] = draw(st.sampled_from(NODES + [99, 8589934592]))
+                args["graph node id"] = draw(st.sampled_from([*NODES, 99, 8589934592]))
             elif draw(st.booleans()):
                 args["graph node id"] = 0
             e = {
@@ -1019,7 +1019,7 @@ def file_traces(draw):
                     "ph": "f",
                     "id": 1,
                     "pid": 0,
-                    "tid": draw(st.sampled_from(GPU_TIDS + [24])),
+                    "tid": draw(st.sampled_from([*GPU_TIDS, 24])),
                     "ts": draw(times()),
                     "cat": "ac2g",
                     "name": "ac2g",
@@ -1045,14 +1045,14 @@ def file_traces(draw):
                     "cat": "gpu_user_annotation",
                     "name": "## Call CompiledFxGraph ##",
                     "pid": 0,
-                    "tid": draw(st.sampled_from(GPU_TIDS + [24, 20.0])),
+                    "tid": draw(st.sampled_from([*GPU_TIDS, 24, 20.0])),
                     "ts": draw(times()),
                     "dur": 5,
                     "args": {"External id": 1},
                 }
             )
         elif kind == "meta":
-            tid = draw(st.sampled_from(GPU_TIDS + [24, 1399, 0, 7.0]))
+            tid = draw(st.sampled_from([*GPU_TIDS, 24, 1399, 0, 7.0]))
             name = draw(st.sampled_from(["thread_name", "thread_name", "thread_sort_index", "process_name"]))
             label = draw(st.sampled_from([f"stream {tid} ", "python3", f"thread {tid}"]))
             e = {
@@ -1094,15 +1094,15 @@ def enc_str(s: str, rng: random.Random, p_escape: float) -> str:
             if rng.random() < 0.5 and ch in SHORT:
                 out.append(SHORT[ch])
             else:
-                out.append("\\u%04x" % c if rng.random() < 0.5 else "\\u%04X" % c)
+                out.append(f"\\u{c:04x}" if rng.random() < 0.5 else f"\\u{c:04X}")
         elif rng.random() < p_escape:
             if ch == "/":
                 out.append("\\/")
             elif c > 0xFFFF:
                 v = c - 0x10000
-                out.append("\\u%04x\\u%04x" % (0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF)))
+                out.append(f"\\u{0xD800 + (v >> 10):04x}\\u{0xDC00 + (v & 0x3FF):04x}")
             else:
-                out.append("\\u%04x" % c)
+                out.append(f"\\u{c:04x}")
         else:
             out.append(ch)
     out.append('"')
@@ -1115,7 +1115,7 @@ def enc_num(v, rng: random.Random) -> str:
     if isinstance(v, int):
         return str(v)
     r = repr(v)
-    forms = [r, "%.17e" % v, "%.17E" % v, "%.16e" % v]
+    forms = [r, f"{v:.17e}", f"{v:.17E}", f"{v:.16e}"]
     if "e" not in r and "." in r:
         forms.append(r + "0")
     return rng.choice(forms)
@@ -1281,7 +1281,7 @@ def test_check_output_catches_changes(ref, gen_traces, tmp_path):
         ),
         "an int written as a float": tampered(kernel, raw[kernel].replace('"pid": 0', '"pid": 0.0', 1)),
         "the reference's own output": json.dumps(
-            {**{k: v for k, v in json.loads(good).items()}, "traceEvents": exp.ref_events}
+            {**dict(json.loads(good).items()), "traceEvents": exp.ref_events}
         ),
         "an event dropped": re.sub(re.escape(raw[untouched]) + r"\s*,\s*", "", good, count=1),
     }

@@ -210,7 +210,7 @@ def test_events_of_ambiguous_and_unmatched_replays_are_marked(tmp_path):
     for e in body["traceEvents"]:
         if e.get("cat") == "kernel" and e["args"]["correlation"] == 7:
             e["name"] = "z(float*)"
-    recovery, kernels = annotate(tmp_path, body, DIFFERENT)
+    recovery, _kernels = annotate(tmp_path, body, DIFFERENT)
     assert (recovery["ambiguous_replays"], recovery["unmatched_replays"]) == (2, 1)
     assert markers(tmp_path / "out.json") == ["ambiguous replay"] * 4 + ["unmatched replay"] * 2
     totals = summary_json(tmp_path / "out.json")

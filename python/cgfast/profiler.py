@@ -48,7 +48,7 @@ class TraceHandler:
 
     def __init__(
         self,
-        dir_name: "str | os.PathLike[str]",
+        dir_name: str | os.PathLike[str],
         worker_name: Optional[str] = None,
         use_gzip: bool = True,
         *,
@@ -87,7 +87,7 @@ class TraceHandler:
 
 
 def trace_handler(
-    dir_name: "str | os.PathLike[str]",
+    dir_name: str | os.PathLike[str],
     worker_name: Optional[str] = None,
     use_gzip: bool = True,
     *,

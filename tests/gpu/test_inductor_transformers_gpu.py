@@ -194,7 +194,7 @@ def test_llama_training_step(tmp_path):
         compiled(input_ids=ids, labels=ids).loss.backward()
         optimizer.step()
 
-    graphs, codes, figures = _run(model, step, "inductor_llama_training", tmp_path)
+    graphs, codes, _figures = _run(model, step, "inductor_llama_training", tmp_path)
     phases = {
         str({a.get("autograd_phase") for _, a in g if a}) for g in graphs.values() if any(a for _, a in g)
     }

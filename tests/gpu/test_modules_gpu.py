@@ -266,7 +266,7 @@ def test_make_graphed_callables_training_step(truth, monkeypatch):
             owners, extra = dict(forward.owner), None
         else:
             owners, extra = {}, {"autograd_phase": "backward"}
-            marks = back.starts + [(set(nodes), None)]
+            marks = [*back.starts, (set(nodes), None)]
             for (before, module), (after, _) in zip(marks, marks[1:]):
                 for node in after - before:
                     if module is not None:

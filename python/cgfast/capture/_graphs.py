@@ -28,7 +28,7 @@ _INHERITED = object()
 class GraphKeys:
     """The capture graph's id, and the graph id its annotations are keyed by now."""
 
-    __slots__ = ("capture_id", "key_id", "capture_graph")
+    __slots__ = ("capture_graph", "capture_id", "key_id")
 
     def __init__(self, capture_id: int, capture_graph: Optional[int]) -> None:
         self.capture_id = capture_id
@@ -387,14 +387,14 @@ class recording:
     recorded, resolved at capture end and remapped after instantiation. Nothing recorded
     earlier is cleared; warm-up runs outside a capture record nothing."""
 
-    __slots__ = ("_previous", "_stacks", "_stack_filter_paths")
+    __slots__ = ("_previous", "_stack_filter_paths", "_stacks")
 
     def __init__(self, *, stacks: bool = False, stack_filter_paths=None) -> None:
         self._previous: List[bool] = []
         self._stacks = stacks  # also record each node's launch frames (see annotate_modules)
         self._stack_filter_paths = stack_filter_paths
 
-    def __enter__(self) -> "recording":
+    def __enter__(self) -> recording:
         self._previous.append(state.enabled)
         state.enabled = True
         state.backend()  # choose the id source now, before any capture is under way

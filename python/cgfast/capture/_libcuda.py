@@ -166,7 +166,7 @@ class LibcudaGraphs:
         return space
 
     @classmethod
-    def load(cls) -> "LibcudaGraphs":
+    def load(cls) -> LibcudaGraphs:
         return cls(ctypes.CDLL("libcuda.so.1"))
 
     def _optional(self, name: str, argtypes: list):

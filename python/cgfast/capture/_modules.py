@@ -19,7 +19,7 @@ from cgfast.capture._spans import begin_span
 from cgfast.capture._state import state
 
 # module -> (its handle, forward annotation, backward annotation or None)
-_registry: Dict[Any, Tuple["ModuleAnnotations", Dict[str, Any], Optional[Dict[str, Any]]]] = {}
+_registry: Dict[Any, Tuple[ModuleAnnotations, Dict[str, Any], Optional[Dict[str, Any]]]] = {}
 _registry_lock = threading.RLock()
 _hooks: List[Any] = []
 _enabled_before = [False]  # whether annotations were on when the first active handle came
@@ -221,7 +221,7 @@ class ModuleAnnotations:
         if last and not _enabled_before[0]:
             state.enabled = False
 
-    def __enter__(self) -> "ModuleAnnotations":
+    def __enter__(self) -> ModuleAnnotations:
         return self
 
     def __exit__(self, exc_type, exc, traceback) -> Literal[False]:

@@ -39,7 +39,7 @@ class mark_kernels:
     scope wins on common keys.
     """
 
-    __slots__ = ("_annotation", "_start", "_backend", "_backward")
+    __slots__ = ("_annotation", "_backend", "_backward", "_start")
 
     def __init__(self, annotation: AnnotationLike, *, backward: bool = False) -> None:
         self._annotation = _as_annotation(annotation)
@@ -50,7 +50,7 @@ class mark_kernels:
         # "entered on a torch without node creation hooks"
         self._backward: Optional[bool] = backward
 
-    def __enter__(self) -> "mark_kernels":
+    def __enter__(self) -> mark_kernels:
         if not state.enabled or state.no_capture_in_progress():
             return self
         backend = state.backend()
@@ -106,7 +106,7 @@ class mark_stream:
     first work forks from (``stream.wait_stream(current)`` before or inside the scope).
     """
 
-    __slots__ = ("_stream", "_annotation", "_scope", "_switch")
+    __slots__ = ("_annotation", "_scope", "_stream", "_switch")
 
     def __init__(self, stream: Any, annotation: AnnotationLike) -> None:
         self._stream = stream
@@ -114,7 +114,7 @@ class mark_stream:
         self._scope: Optional[mark_kernels] = None
         self._switch: Optional[ContextManager[object]] = None
 
-    def __enter__(self) -> "mark_stream":
+    def __enter__(self) -> mark_stream:
         streams = state.streams()
         backend = state.backend() if state.enabled else None
         if backend is None:

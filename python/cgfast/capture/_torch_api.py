@@ -86,7 +86,7 @@ def install() -> None:
         for name, replacement in replacements.items():
             original = module.__dict__.get(name)
             if original is not None and (
-                name == "mark_kernels" and original is torch_mark_kernels or original is set_enabled
+                (name == "mark_kernels" and original is torch_mark_kernels) or original is set_enabled
             ):
                 _originals.append((module, name, original))
                 setattr(module, name, replacement)

@@ -331,7 +331,7 @@ class GraphOrigins:
         return annotation_of(nodes, str(name), self.is_backward, None, self._names)
 
 
-_by_graph: "weakref.WeakKeyDictionary[Any, GraphOrigins]" = weakref.WeakKeyDictionary()
+_by_graph: weakref.WeakKeyDictionary[Any, GraphOrigins] = weakref.WeakKeyDictionary()
 
 
 def origins_of(graph: Any) -> GraphOrigins:
