@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from cgfast import capture
 from cgfast.capture._graphs import patch_class, unpatch_class
+from cgfast.capture._state import state
 from fake_graph_driver import FakeCUDAGraph, capturing
 
 BOTH_TORCH_STYLES = pytest.mark.parametrize(
@@ -293,3 +296,19 @@ def test_inherited_methods_are_restored_by_unpatching():
     unpatch_class(Derived)
     assert "capture_begin" not in Derived.__dict__
     assert Derived().capture_begin() == "base"
+
+
+@BOTH_TORCH_STYLES
+def test_a_backend_taken_away_during_a_capture_is_no_failure(fake, python_instantiate, caplog):
+    """use_backend(None) while a graph captures: the capture ends, instantiates and replays,
+    its scopes are resolved (nothing is left pending) and no driver query is reported as
+    failed, for none was made."""
+    capture.enable_annotations()
+    g = FakeCUDAGraph(fake, python_instantiate=python_instantiate)
+    with caplog.at_level(logging.DEBUG, logger="cgfast.capture"), capturing(g):
+        with capture.mark_kernels("before"):
+            fake.launch("k")
+        state.use_backend(None, reason="taken away", streams=fake)
+    g.replay()
+    assert not state.recorder.has_pending()
+    assert "failed" not in caplog.text, caplog.text
