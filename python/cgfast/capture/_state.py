@@ -33,6 +33,7 @@ class TorchStreams:
         return self._raw_stream(self._device())
 
     def handle(self, stream: object) -> int:
+        # any object with a cuda_stream: torch.cuda.Stream, ExternalStream, a user's own
         return stream.cuda_stream  # type: ignore[attr-defined]
 
     def use(self, stream: object):

@@ -127,6 +127,7 @@ class _LaunchBrackets:
             return origins_of(V.graph).kernel(operations, kernel_name)
 
         with self._bracket(annotation, kernel_name):
+            # the wrapper class this is mixed into has it (mypy checks the mixin alone)
             return super().generate_kernel_call(kernel_name, *args, **kwargs)  # type: ignore[misc]
 
 
@@ -183,6 +184,8 @@ def install_scheduler_hook() -> None:
     from torch._inductor.scheduler import Scheduler
 
     if not getattr(Scheduler.codegen_extern_call, _WRAPPED_MARK, False):
+        # patched on torch's class: the scheduler calls it for extern kernels that write
+        # their launch line themselves
         Scheduler.codegen_extern_call = _bracketing_extern_call(  # type: ignore[method-assign]
             Scheduler.codegen_extern_call
         )
