@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gen_trace  # noqa: E402
+import gen_trace
 
 RANKS_PER_STEP = 8
 
@@ -49,10 +49,10 @@ def generate(root: Path, files: int, mb: float, gzipped: bool) -> dict:
         with opener(path, "rb") as f:
             json_bytes += sum(len(chunk) for chunk in iter(lambda: f.read(1 << 20), b""))
         print(f"  generated {path.relative_to(root)}", file=sys.stderr)
-    for rank, (annotations, topology) in generated_by_rank.items():
+    for rank, (rank_annotations, topology) in generated_by_rank.items():
         staging = root / "staging"
         staging.mkdir(exist_ok=True)
-        json_path, _ = gen_trace.write_annotations(staging, annotations, topology)
+        json_path, _ = gen_trace.write_annotations(staging, rank_annotations, topology)
         json_path.rename(traces_dir / f"kernel_annotations_rank{rank}_1.json")
         shutil.rmtree(staging)
     traces = sorted(str(p) for p in traces_dir.rglob("*.pt.trace.json*") if ".annotated." not in p.name)

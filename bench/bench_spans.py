@@ -48,7 +48,7 @@ def main() -> None:
     out = trace.parent / "out.json"
     binary = cgfast_binary()
     argv = [binary, "annotate", str(trace), "-a", str(annotations), "-o", str(out), "--no-progress"]
-    report = json.loads(subprocess.run(argv + ["--json"], check=True, capture_output=True, text=True).stdout)
+    report = json.loads(subprocess.run([*argv, "--json"], check=True, capture_output=True, text=True).stdout)
     print(
         f"{trace}: {report['json_bytes'] / 1e6:.0f} MB, {report['annotated']:,} annotated events, {report['spans']:,} spans"
     )

@@ -188,7 +188,7 @@ def replay_events(
         lane_start[lane] = ts
         lane_end[lane] = max(lane_end[lane], ts + dur)
     end_ns = max(lane_end.values())
-    for lane in (MAIN, SIDE) + IDLE:
+    for lane in (MAIN, SIDE, *IDLE):
         out.append(
             f'{{"ph": "X", "cat": "gpu_user_annotation", "name": "## Call CompiledFxGraph f62gi5ji4fxpkdkqiob ##", "pid": 0, '
             f'"tid": {lane}, "ts": {us(first_ns)}, "dur": {us(end_ns - first_ns)}, "args": {{"External id": {correlation}}}}}'
@@ -222,7 +222,7 @@ def metadata() -> list[str]:
         f'{{"name": "process_labels", "ph": "M", "ts": {us(BASE_NS)}, "pid": 0, "tid": 0, "args": {{"labels": "GPU 0"}}}}',
         f'{{"name": "thread_name", "ph": "M", "ts": {us(BASE_NS)}, "pid": {PID_CPU}, "tid": {TID_CPU}, "args": {{"name": "thread {TID_CPU} (python3)"}}}}',
     ]
-    for lane in (MAIN, SIDE) + IDLE:
+    for lane in (MAIN, SIDE, *IDLE):
         out.append(
             f'{{"name": "thread_name", "ph": "M", "ts": {us(BASE_NS)}, "pid": 0, "tid": {lane}, "args": {{"name": "stream {lane} "}}}}'
         )

@@ -14,8 +14,6 @@ from __future__ import annotations
 import contextlib
 from typing import Dict, Iterator, List, Optional
 
-import pytest
-
 from cgfast.capture._core import Recorder
 from cgfast.capture._graphs import patch_class, uninstall, unpatch_class
 from cgfast.capture._interface import Backend, CaptureState, KernelLaunch, NodeType
@@ -23,7 +21,7 @@ from cgfast.capture._state import state
 
 
 class FakeNode:
-    def __init__(self, graph: "FakeGraph", node_type: NodeType, launch: Optional[KernelLaunch]):
+    def __init__(self, graph: FakeGraph, node_type: NodeType, launch: Optional[KernelLaunch]):
         self.handle = 0
         self.graph = graph
         self.local_id = len(graph.nodes)
@@ -372,10 +370,11 @@ def capturing(cuda_graph: FakeCUDAGraph, stream: Optional[FakeStream] = None) ->
             cuda_graph.capture_end()
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeGraphDriver]:
+@contextlib.contextmanager
+def fake_driver() -> Iterator[FakeGraphDriver]:
     """A fresh fake driver as the backend, a fresh recorder, annotations off, and
-    ``FakeCUDAGraph`` patched like ``install()`` patches torch's class."""
+    ``FakeCUDAGraph`` patched like ``install()`` patches torch's class (the ``fake``
+    fixture)."""
     driver = FakeGraphDriver()
     state.recorder = Recorder()
     state.enabled = False

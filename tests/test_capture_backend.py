@@ -92,8 +92,8 @@ def test_libcupti_candidates_cover_the_wheel_layouts(tmp_path, monkeypatch):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("CUDA_HOME", str(toolkit))
     monkeypatch.setattr(_id_sources, "DEFAULT_TOOLKIT_HOMES", ())
-    monkeypatch.setattr(_id_sources, "_loaded_libcupti", lambda: [])
-    monkeypatch.setattr(_id_sources, "_torch_libcupti", lambda: [])
+    monkeypatch.setattr(_id_sources, "_loaded_libcupti", list)
+    monkeypatch.setattr(_id_sources, "_torch_libcupti", list)
     wheel_dirs = [nvidia / "cuda_cupti/lib", nvidia / "cu13/lib"]
     monkeypatch.setattr(
         _id_sources,

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from cgfast import capture
-from fake_graph_driver import FakeCUDAGraph, capturing, fake  # noqa: F401  (fixture)
+from fake_graph_driver import FakeCUDAGraph, capturing
 
 _cgfast = pytest.importorskip("cgfast._cgfast")
 needs_annotation_files = pytest.mark.skipif(

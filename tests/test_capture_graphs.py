@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from cgfast import capture
 from cgfast.capture._graphs import patch_class, unpatch_class
-from fake_graph_driver import FakeCUDAGraph, capturing, fake  # noqa: F401  (fixture)
+from cgfast.capture._state import state
+from fake_graph_driver import FakeCUDAGraph, capturing
 
 BOTH_TORCH_STYLES = pytest.mark.parametrize(
     "python_instantiate", [True, False], ids=["torch>=2.15", "torch<=2.14"]
@@ -91,20 +94,18 @@ def test_remapping_one_graph_leaves_another_pending_graph_alone(fake):
 def test_recaptured_graph_object_gets_fresh_keys_and_old_ones_stay(fake):
     capture.enable_annotations()
     g = FakeCUDAGraph(fake)
-    with capturing(g):
-        with capture.mark_kernels("v1"):
-            old = fake.launch("k")
+    with capturing(g), capture.mark_kernels("v1"):
+        old = fake.launch("k")
     old_exec = g.graph_exec.id
-    with capturing(g):
-        with capture.mark_kernels("v2"):
-            new = fake.launch("k")
+    with capturing(g), capture.mark_kernels("v2"):
+        new = fake.launch("k")
     registry = capture.get_kernel_annotations()
     assert registry[old_exec << 32 | old.local_id] == [{"name": "v1"}]
     assert registry[g.graph_exec.id << 32 | new.local_id] == [{"name": "v2"}]
 
 
 def test_capture_while_disabled_records_nothing_even_if_enabled_before_instantiate(fake):
-    g, nodes = capture_one(fake, "off", keep_graph=True)
+    g, _nodes = capture_one(fake, "off", keep_graph=True)
     capture.enable_annotations()
     g.instantiate()
     assert dict(capture.get_kernel_annotations()) == {}
@@ -153,12 +154,11 @@ def test_a_failed_capture_leaves_no_keys(fake):
     capture.enable_annotations()
     g = FakeCUDAGraph(fake)
     side = fake.new_stream()
-    with pytest.raises(RuntimeError, match="Unjoined"):
-        with capturing(g) as main:
-            fake.launch("a")
-            fake.wait_stream(side, main)
-            with capture.mark_kernels("never joined"), fake.use(side):
-                fake.launch("s")
+    with pytest.raises(RuntimeError, match="Unjoined"), capturing(g) as main:
+        fake.launch("a")
+        fake.wait_stream(side, main)
+        with capture.mark_kernels("never joined"), fake.use(side):
+            fake.launch("s")
     assert dict(capture.get_kernel_annotations()) == {}
     assert capture.get_graph_topology() == {}
     h, nodes = capture_one(fake, "next")
@@ -296,3 +296,19 @@ def test_inherited_methods_are_restored_by_unpatching():
     unpatch_class(Derived)
     assert "capture_begin" not in Derived.__dict__
     assert Derived().capture_begin() == "base"
+
+
+@BOTH_TORCH_STYLES
+def test_a_backend_taken_away_during_a_capture_is_no_failure(fake, python_instantiate, caplog):
+    """use_backend(None) while a graph captures: the capture ends, instantiates and replays,
+    its scopes are resolved (nothing is left pending) and no driver query is reported as
+    failed, for none was made."""
+    capture.enable_annotations()
+    g = FakeCUDAGraph(fake, python_instantiate=python_instantiate)
+    with caplog.at_level(logging.DEBUG, logger="cgfast.capture"), capturing(g):
+        with capture.mark_kernels("before"):
+            fake.launch("k")
+        state.use_backend(None, reason="taken away", streams=fake)
+    g.replay()
+    assert not state.recorder.has_pending()
+    assert "failed" not in caplog.text, caplog.text

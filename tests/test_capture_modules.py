@@ -19,7 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from cgfast import capture  # noqa: E402
 from cgfast.capture._state import state  # noqa: E402
-from fake_graph_driver import FakeCUDAGraph, capturing, fake  # noqa: E402,F401  (fixture)
+from fake_graph_driver import FakeCUDAGraph, capturing  # noqa: E402
 
 
 def innermost_module(names):
@@ -84,11 +84,10 @@ def capture_model(fake, model, inputs, *, backward=False, prefix=None, annotate=
     handle = capture.annotate_modules(model, prefix=prefix) if annotate else None
     torch._C._autograd._push_node_creation_hook(launcher.note_creation)
     try:
-        with capturing(g):
-            with launcher:
-                out = model(inputs)
-                if backward:
-                    out.float().sum().backward()
+        with capturing(g), launcher:
+            out = model(inputs)
+            if backward:
+                out.float().sum().backward()
     finally:
         torch._C._autograd._pop_node_creation_hook()
         if handle is not None:
@@ -159,11 +158,10 @@ class Root(torch.nn.Module):
 def test_mark_kernels_composes_with_module_scopes_innermost_winning(fake):
     model = Root()
     g = FakeCUDAGraph(fake)
-    with capture.annotate_modules(model), torch.no_grad():
-        with capturing(g):
-            with capture.mark_kernels({"name": "outer", "step": 1}):
-                model(torch.randn(2, 4), fake)
-            nodes = {node.launch.name: node for node in g.template.nodes if node.launch}
+    with capture.annotate_modules(model), torch.no_grad(), capturing(g):
+        with capture.mark_kernels({"name": "outer", "step": 1}):
+            model(torch.randn(2, 4), fake)
+        nodes = {node.launch.name: node for node in g.template.nodes if node.launch}
     registry = capture.get_kernel_annotations()
     got = {name: registry[g.graph_exec.id << 32 | node.local_id][0] for name, node in nodes.items()}
     assert got["root_head"] == {"module": "", "name": "outer", "step": 1}
@@ -216,11 +214,11 @@ def test_make_graphed_callables_accepts_an_annotated_model(fake):
 
 
 def test_bad_input(fake):
-    with pytest.raises(TypeError, match="torch.nn.Module"):
+    with pytest.raises(TypeError, match=r"torch\.nn\.Module"):
         capture.annotate_modules(lambda x: x)
     model = Root()
     handle = capture.annotate_modules(model)
-    with pytest.raises(ValueError, match="'block'.*already annotated"):
+    with pytest.raises(ValueError, match=r"'block'.*already annotated"):
         capture.annotate_modules(model.block)
     with pytest.raises(ValueError, match="already annotated"):
         capture.annotate_modules(model)
@@ -253,9 +251,8 @@ def test_a_forward_that_raises_leaves_no_open_scope(fake):
     model = torch.nn.Sequential(torch.nn.Identity(), Failing())
     g = FakeCUDAGraph(fake)
     with capture.annotate_modules(model):
-        with pytest.raises(ValueError):
-            with capturing(g):
-                model(torch.zeros(1))
+        with pytest.raises(ValueError), capturing(g):
+            model(torch.zeros(1))
         from cgfast.capture import _modules
 
         assert _modules._open_frames() == []
@@ -302,9 +299,8 @@ def capture_step(fake, model, x, annotate):
     handle = capture.annotate_modules(model) if annotate else None
     capture.enable_annotations()
     try:
-        with capturing(g):
-            with launcher:
-                model(x).sum().backward()
+        with capturing(g), launcher:
+            model(x).sum().backward()
     finally:
         if handle is not None:
             handle.remove()
@@ -385,11 +381,10 @@ def test_stacks_name_the_line_that_launched_each_node(fake):
     launcher = LaunchEachOp(fake, model)
     g = FakeCUDAGraph(fake)
     x = torch.randn(2, 4)
-    with capture.annotate_modules(model, stacks=True), torch.no_grad():
-        with launcher:  # under the stack recorder, which a capture's begin puts on top
-            with capturing(g):
-                model(x)
-                launched_here = sys._getframe().f_lineno - 1
+    # the launcher is under the stack recorder, which a capture's begin puts on top
+    with capture.annotate_modules(model, stacks=True), torch.no_grad(), launcher, capturing(g):
+        model(x)
+        launched_here = sys._getframe().f_lineno - 1
     stacks = capture.get_kernel_stacks()
     assert len(stacks) == len(launcher.expected) > 2
     innermost = {}
@@ -425,9 +420,13 @@ def test_stacks_are_off_by_default_and_the_filter_is_configurable(fake, tmp_path
 def test_saved_stacks_round_trip(fake, tmp_path):
     model = TwoLines()
     launcher = LaunchEachOp(fake, model)
-    with capture.annotate_modules(model, stacks=True), torch.no_grad(), launcher:
-        with capturing(FakeCUDAGraph(fake)):
-            model(torch.randn(2, 4))
+    with (
+        capture.annotate_modules(model, stacks=True),
+        torch.no_grad(),
+        launcher,
+        capturing(FakeCUDAGraph(fake)),
+    ):
+        model(torch.randn(2, 4))
     path = tmp_path / "annotations.json"
     capture.save_annotations(path)
     from cgfast import annotations as annotation_files
@@ -443,9 +442,8 @@ def test_a_failing_listener_does_not_break_the_capture(fake, monkeypatch, caplog
     monkeypatch.setattr(state, "capture_listeners", [*state.capture_listeners, broken])
     model = TwoLines()
     g = FakeCUDAGraph(fake)
-    with capture.annotate_modules(model), torch.no_grad(), LaunchEachOp(fake, model):
-        with capturing(g):
-            model(torch.zeros(2, 4))
+    with capture.annotate_modules(model), torch.no_grad(), LaunchEachOp(fake, model), capturing(g):
+        model(torch.zeros(2, 4))
     assert g.graph_exec is not None
     assert "updating annotation hooks" in caplog.text
     assert {a[0]["module"] for a in capture.get_kernel_annotations().values()} == {"lin", ""}

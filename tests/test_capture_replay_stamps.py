@@ -11,11 +11,11 @@ torch = pytest.importorskip("torch")
 
 from cgfast import capture  # noqa: E402
 from cgfast.capture._graphs import patch_class, unpatch_class  # noqa: E402
-from fake_graph_driver import FakeCUDAGraph, capturing, fake  # noqa: E402,F401  (fixture)
+from fake_graph_driver import FakeCUDAGraph, capturing  # noqa: E402
 
 
 @pytest.fixture
-def op_graphs(fake, monkeypatch):  # noqa: F811
+def op_graphs(fake, monkeypatch):
     """``fake``, with each replay running a CPU op, standing in for the
     ``cudaGraphLaunch`` that a real replay makes on the calling thread."""
     unpatch_class(FakeCUDAGraph)
@@ -37,9 +37,8 @@ def op_graphs(fake, monkeypatch):  # noqa: F811
 
 def captured(driver, name, keep_graph=False, python_instantiate=True):
     g = FakeCUDAGraph(driver, keep_graph=keep_graph, python_instantiate=python_instantiate)
-    with capturing(g):
-        with capture.mark_kernels(name):
-            driver.launch(name)
+    with capturing(g), capture.mark_kernels(name):
+        driver.launch(name)
     return g
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from cgfast import capture
 from cgfast.capture._interface import NodeType
-from fake_graph_driver import FakeCUDAGraph, capturing, fake  # noqa: F401  (fixture)
+from fake_graph_driver import FakeCUDAGraph, capturing
 
 
 def exec_key(cuda_graph: FakeCUDAGraph, node) -> int:
@@ -56,14 +56,13 @@ def test_scope_that_is_the_first_work_of_the_capture(fake):
 def test_nested_scopes_merge_with_the_innermost_winning(fake):
     capture.enable_annotations()
     g = FakeCUDAGraph(fake)
-    with capturing(g):
-        with capture.mark_kernels({"name": "outer", "color": "red"}):
-            head = fake.launch("head")
-            with capture.mark_kernels({"name": "inner"}):
-                inner = fake.launch("inner")
-                with capture.mark_kernels({"name": "innermost", "color": "blue"}):
-                    deepest = fake.launch("deepest")
-            tail = fake.launch("tail")
+    with capturing(g), capture.mark_kernels({"name": "outer", "color": "red"}):
+        head = fake.launch("head")
+        with capture.mark_kernels({"name": "inner"}):
+            inner = fake.launch("inner")
+            with capture.mark_kernels({"name": "innermost", "color": "blue"}):
+                deepest = fake.launch("deepest")
+        tail = fake.launch("tail")
     assert annotations_of(g, [head, tail]) == [[{"name": "outer", "color": "red"}]] * 2
     assert annotations_of(g, [inner]) == [[{"name": "inner", "color": "red"}]]
     assert annotations_of(g, [deepest]) == [[{"name": "innermost", "color": "blue"}]]
@@ -211,15 +210,14 @@ def test_lane_for_is_stable_and_distinct():
 def test_child_graph_nodes_warn_once_and_are_skipped(fake):
     capture.enable_annotations()
     g = FakeCUDAGraph(fake)
-    with capturing(g):
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            with capture.mark_kernels("with child"):
-                k = fake.launch("k")
-                child = fake.child_graph(["inside"])
-            with capture.mark_kernels("again"):
-                fake.child_graph(["inside too"])
-                k2 = fake.launch("k2")
+    with capturing(g), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with capture.mark_kernels("with child"):
+            k = fake.launch("k")
+            child = fake.child_graph(["inside"])
+        with capture.mark_kernels("again"):
+            fake.child_graph(["inside too"])
+            k2 = fake.launch("k2")
     child_warnings = [w for w in caught if "child graph" in str(w.message)]
     assert len(child_warnings) == 1
     assert annotations_of(g, [k, k2, child]) == [[{"name": "with child"}], [{"name": "again"}], None]
@@ -251,11 +249,9 @@ def test_scope_inside_a_conditional_body_records_nothing(fake):
 def test_an_exception_in_a_scope_records_nothing_and_propagates(fake):
     capture.enable_annotations()
     g = FakeCUDAGraph(fake)
-    with pytest.raises(ValueError):
-        with capturing(g):
-            with capture.mark_kernels("failing"):
-                fake.launch("k")
-                raise ValueError("boom")
+    with pytest.raises(ValueError), capturing(g), capture.mark_kernels("failing"):
+        fake.launch("k")
+        raise ValueError("boom")
     assert dict(capture.get_kernel_annotations()) == {}
 
 
@@ -383,9 +379,8 @@ def test_an_open_scope_cannot_be_entered_twice(fake):
     with capturing(g):
         fake.launch("a")
         scope = capture.mark_kernels("once")
-        with scope:
-            with pytest.raises(RuntimeError, match="already open"):
-                scope.__enter__()
+        with scope, pytest.raises(RuntimeError, match="already open"):
+            scope.__enter__()
 
 
 @pytest.mark.parametrize("bad", [None, 3, ["name"], b"bytes"])

@@ -6,7 +6,7 @@ import logging
 
 from cgfast import capture
 from cgfast.capture._interface import NodeType
-from fake_graph_driver import FakeCUDAGraph, capturing, fake  # noqa: F401  (fixture)
+from fake_graph_driver import FakeCUDAGraph, capturing
 
 
 def test_topology_lists_every_annotatable_node_with_collapsed_dependencies(fake):
@@ -140,11 +140,10 @@ def test_child_graph_bodies_are_not_in_the_topology_but_are_looked_through(fake)
 def test_topology_failure_is_logged_and_the_capture_still_completes(fake, caplog):
     capture.enable_annotations()
     g = FakeCUDAGraph(fake)
-    with caplog.at_level(logging.WARNING, logger="cgfast.capture"):
-        with capturing(g):
-            with capture.mark_kernels("still annotated"):
-                k = fake.launch("k")
-            fake.failing.add("kernel_launch")
+    with caplog.at_level(logging.WARNING, logger="cgfast.capture"), capturing(g):
+        with capture.mark_kernels("still annotated"):
+            k = fake.launch("k")
+        fake.failing.add("kernel_launch")
     assert g.graph_exec is not None
     assert capture.get_graph_topology() == {}
     assert list(capture.get_kernel_annotations()) == [g.graph_exec.id << 32 | k.local_id]

@@ -11,7 +11,7 @@ public = pytest.importorskip("torch.cuda.graph_annotations")
 
 from cgfast import capture  # noqa: E402
 from cgfast.capture._scopes import mark_kernels as cgfast_mark_kernels  # noqa: E402
-from fake_graph_driver import FakeCUDAGraph, capturing, fake  # noqa: E402,F401  (fixture)
+from fake_graph_driver import FakeCUDAGraph, capturing  # noqa: E402
 
 TORCH_MARK_KERNELS = private.mark_kernels
 TORCH_SET_ENABLED = private._set_annotations_enabled
@@ -55,9 +55,8 @@ def test_torch_scopes_are_recorded_by_cgfast_without_tools_ids(driver_without_to
 
 def test_torch_scopes_outside_an_annotated_capture_record_nothing(driver_without_tools_ids):
     fake = driver_without_tools_ids
-    with capturing(FakeCUDAGraph(fake)):
-        with public.mark_kernels("phase_A"):
-            fake.launch("a")
+    with capturing(FakeCUDAGraph(fake)), public.mark_kernels("phase_A"):
+        fake.launch("a")
     assert len(capture.get_kernel_annotations()) == 0
 
 

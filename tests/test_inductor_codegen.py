@@ -10,13 +10,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import cgfast.inductor  # noqa: E402,F401  (registers the toggle)
 from torch import nn  # noqa: E402
 from torch._dynamo.utils import counters  # noqa: E402
 from torch._inductor import config  # noqa: E402
 from torch._inductor.codecache import PyCodeCache  # noqa: E402
 from torch._inductor.utils import fresh_cache, run_and_get_code  # noqa: E402
 
+import cgfast.inductor  # noqa: E402,F401  (registers the toggle)
 from cgfast.inductor import CODEGEN_VERSION_KEY, TOGGLE_KEY  # noqa: E402
 from cgfast.inductor._annotations import GraphOrigins  # noqa: E402
 

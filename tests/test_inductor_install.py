@@ -13,11 +13,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import cgfast.inductor  # noqa: E402
 from torch._inductor import config  # noqa: E402
 from torch._inductor.codegen import common  # noqa: E402
 from torch._inductor.codegen.wrapper import PythonWrapperCodegen  # noqa: E402
 
+import cgfast.inductor  # noqa: E402
 from cgfast.inductor import _cudagraphs, _install  # noqa: E402
 from cgfast.inductor._wrapper import AnnotatingPythonWrapperCodegen  # noqa: E402
 
@@ -35,7 +35,7 @@ def test_toggle_defaults_off_and_takes_every_spelling():
 
 
 def test_install_is_idempotent_and_keeps_each_device_entry():
-    before = {device: entry for device, entry in common.device_codegens.items()}
+    before = dict(common.device_codegens.items())
     record = torch._inductor.cudagraph_trees.CUDAGraphNode._record
     assert cgfast.inductor.install() is True
     assert common.device_codegens == before

@@ -296,7 +296,7 @@ def test_the_icicle_renders_in_a_browser(tmp_path, kind, group_layers):
     text = chart.read_text()
     assert "<script" not in text and "href=" not in text and "url(" not in text
     assert "enc.layers.*.attn" in text if group_layers else "enc.layers.1.attn" in text
-    width, height, rows = read_png(screenshot(chart, tmp_path))
+    _width, _height, rows = read_png(screenshot(chart, tmp_path))
     # The root row: the one dark cell across the whole width.
     top = next(y for y, row in enumerate(rows) if sum(px == TRUNK for px in row) > 1000)
     assert cells(rows[top + 2]) == [pytest.approx(1067, abs=1)]

@@ -12,6 +12,7 @@ import json
 import pytest
 
 import cgfast
+from helpers import split_spans, write_json_annotations
 
 export = pytest.importorskip("torch.profiler._chrome_trace_export")
 
@@ -34,7 +35,7 @@ def baked_trace(path, replays=2):
             fragment, stream, _ = export._annotation_args(ANNOTATIONS[GRAPH << 32 | local])
             parts = [
                 f'"correlation": {100 + r}',
-                f'"stream": 7',
+                '"stream": 7',
                 f'"graph id": {GRAPH}',
                 f'"graph node id": {local}',
                 fragment,
@@ -72,19 +73,19 @@ def test_a_baked_trace_is_summarised_as_it_is(tmp_path):
 
 
 @pytest.mark.parametrize("lanes", ["none", "all"])
-def test_annotating_a_baked_trace_adds_only_the_new_annotations(tk, tmp_path, lanes):
+def test_annotating_a_baked_trace_adds_only_the_new_annotations(tmp_path, lanes):
     trace, ann = tmp_path / "t.json", tmp_path / "a.json"
     baked_trace(trace)
     baked = {(e["name"], e.get("ts")): e for e in load(trace)["traceEvents"]}
     # the same annotations, and one new key
     again = {n: [{**items[0], "layer": str(n & 3)}] for n, items in ANNOTATIONS.items()}
-    tk.write_json_annotations(ann, again)
+    write_json_annotations(ann, again)
     out = tmp_path / "o.json"
     report = cgfast.annotate_file(trace, annotations=ann, output=out, lanes=lanes)
     assert report["annotated"] == 8 and report["spans"] > 0
     written = load(out)
     assert written["cudaGraphInlineAnnotated"] is True
-    events, spans = tk.split_spans(written["traceEvents"])
+    events, spans = split_spans(written["traceEvents"])
     assert len(spans) == report["spans"]
     for e in events:
         if e.get("cat") != "kernel":

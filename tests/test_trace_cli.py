@@ -16,6 +16,18 @@ from pathlib import Path
 import pytest
 
 import cgfast
+from helpers import (
+    assert_clean_failure,
+    check_output,
+    check_report,
+    expected_pipeline,
+    gen_trace_module,
+    generate,
+    python_cli,
+    run_cli,
+    write_json_annotations,
+    write_pickle_annotations,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 CONSOLE_SCRIPT = Path(sys.executable).parent / "cgfast"
@@ -43,11 +55,11 @@ REPORT_KEYS = {
 
 
 @pytest.fixture(scope="module")
-def gen(tmp_path_factory, tk):
+def gen(tmp_path_factory):
     d = tmp_path_factory.mktemp("cli")
-    ann = tk.generate(d / "trace.json", target_mb=0.12, graphs=2, nodes=40, seed=5)
-    tk.write_json_annotations(d / "ann.json", ann)
-    tk.write_pickle_annotations(d / "ann.pkl", ann)
+    ann = generate(d / "trace.json", target_mb=0.12, graphs=2, nodes=40, seed=5)
+    write_json_annotations(d / "ann.json", ann)
+    write_pickle_annotations(d / "ann.pkl", ann)
     return d, d / "trace.json", ann
 
 
@@ -58,11 +70,11 @@ def fresh(gen, tmp_path) -> tuple[Path, Path]:
     return t, d / "ann.json"
 
 
-def test_both_forms_write_the_same(tk, gen, tmp_path):
+def test_both_forms_write_the_same(gen, tmp_path):
     trace, ann = fresh(gen, tmp_path)
-    a = tk.run_cli("annotate", trace, "-a", ann, "-o", tmp_path / "a.json")
-    b = tk.run_cli(trace, "--annotations", ann, "--output", tmp_path / "b.json")
-    c = tk.run_cli(trace, "-a", ann)  # default output name
+    a = run_cli("annotate", trace, "-a", ann, "-o", tmp_path / "a.json")
+    b = run_cli(trace, "--annotations", ann, "--output", tmp_path / "b.json")
+    c = run_cli(trace, "-a", ann)  # default output name
     assert a.returncode == b.returncode == c.returncode == 0, (a.stderr, b.stderr, c.stderr)
     assert (
         (tmp_path / "a.json").read_bytes()
@@ -72,13 +84,13 @@ def test_both_forms_write_the_same(tk, gen, tmp_path):
     assert a.stderr == b.stderr == c.stderr == ""
 
 
-def test_output_to_a_device_or_pipe_is_written_in_place(tk, gen, tmp_path):
+def test_output_to_a_device_or_pipe_is_written_in_place(gen, tmp_path):
     """`-o /dev/null` (or a named pipe) writes to it: renaming a finished temporary over it,
     as for a file, would replace the device with a file (and root may do that)."""
     import stat
 
     trace, ann = fresh(gen, tmp_path)
-    proc = tk.run_cli(trace, "-a", ann, "-o", "/dev/null")
+    proc = run_cli(trace, "-a", ann, "-o", "/dev/null")
     assert proc.returncode == 0, proc.stderr
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode), "/dev/null is still the device"
     assert not [p for p in os.listdir("/dev") if p.endswith(".partial")]
@@ -88,21 +100,21 @@ def test_output_to_a_device_or_pipe_is_written_in_place(tk, gen, tmp_path):
     received = tmp_path / "received.json"
     with open(received, "wb") as sink:
         reader = subprocess.Popen(["cat", str(fifo)], stdout=sink)
-        proc = tk.run_cli(trace, "-a", ann, "-o", fifo)
+        proc = run_cli(trace, "-a", ann, "-o", fifo)
         reader.wait(timeout=60)
     assert proc.returncode == 0, proc.stderr
     out = received.read_bytes()
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
     expected = tmp_path / "expected.json"
-    assert tk.run_cli(trace, "-a", ann, "-o", expected).returncode == 0
+    assert run_cli(trace, "-a", ann, "-o", expected).returncode == 0
     assert out == expected.read_bytes()
 
 
-def test_summary_on_stdout(ref, tk, gen, tmp_path):
+def test_summary_on_stdout(ref, gen, tmp_path):
     trace, ann = fresh(gen, tmp_path)
-    proc = tk.run_cli(trace, "-a", ann, "-o", tmp_path / "o.json")
+    proc = run_cli(trace, "-a", ann, "-o", tmp_path / "o.json")
     assert proc.returncode == 0 and proc.stderr == ""
-    exp = tk.expected_pipeline(ref, trace.read_text(), gen[2])
+    exp = expected_pipeline(ref, trace.read_text(), gen[2])
     out = proc.stdout
     assert "WARNING" not in out
     import re
@@ -121,33 +133,33 @@ def test_summary_on_stdout(ref, tk, gen, tmp_path):
     assert str(tmp_path / "o.json") in out
 
 
-def test_json_report_is_one_object(ref, tk, gen, tmp_path):
+def test_json_report_is_one_object(ref, gen, tmp_path):
     trace, ann = fresh(gen, tmp_path)
-    proc = tk.run_cli(trace, "-a", ann, "--json", "-o", tmp_path / "o.json")
+    proc = run_cli(trace, "-a", ann, "--json", "-o", tmp_path / "o.json")
     assert proc.returncode == 0 and proc.stderr == ""
     assert proc.stdout.count("\n") == 1 and proc.stdout.endswith("\n")
     report = json.loads(proc.stdout)
-    assert REPORT_KEYS <= set(report)
+    assert set(report) >= REPORT_KEYS
     assert "overlaps" not in report
-    exp = tk.expected_pipeline(ref, trace.read_text(), gen[2])
-    tk.check_report(report, exp, trace=trace, output=tmp_path / "o.json", annotations=ann)
+    exp = expected_pipeline(ref, trace.read_text(), gen[2])
+    check_report(report, exp, trace=trace, output=tmp_path / "o.json", annotations=ann)
     assert report["seconds"] >= 0 and report["mb_per_s"] >= 0
     assert report["annotations_loaded"] == len(gen[2])
 
 
-def test_verbose(ref, tk, gen, tmp_path):
+def test_verbose(ref, gen, tmp_path):
     trace, ann = fresh(gen, tmp_path)
-    exp = tk.expected_pipeline(ref, trace.read_text(), gen[2])
+    exp = expected_pipeline(ref, trace.read_text(), gen[2])
     assert exp.run.warnings
-    plain = tk.run_cli(trace, "-a", ann, "-o", tmp_path / "o.json")
-    verbose = tk.run_cli(trace, "-a", ann, "-o", tmp_path / "v.json", "--verbose")
-    short = tk.run_cli(trace, "-a", ann, "-o", tmp_path / "s.json", "-v")
+    plain = run_cli(trace, "-a", ann, "-o", tmp_path / "o.json")
+    verbose = run_cli(trace, "-a", ann, "-o", tmp_path / "v.json", "--verbose")
+    short = run_cli(trace, "-a", ann, "-o", tmp_path / "s.json", "-v")
     assert plain.returncode == verbose.returncode == short.returncode == 0
     assert "--verbose" in plain.stdout  # the hint
     assert len(verbose.stdout.splitlines()) == len(plain.stdout.splitlines()) + len(exp.run.warnings)
     assert len(short.stdout.splitlines()) == len(verbose.stdout.splitlines())
     assert (tmp_path / "o.json").read_bytes() == (tmp_path / "v.json").read_bytes()
-    report = json.loads(tk.run_cli(trace, "-a", ann, "-o", tmp_path / "j.json", "--json", "--verbose").stdout)
+    report = json.loads(run_cli(trace, "-a", ann, "-o", tmp_path / "j.json", "--json", "--verbose").stdout)
     assert len(report["overlaps"]) == len(exp.run.warnings)
     assert {"lane", "name", "ts", "overlap_us"} <= set(report["overlaps"][0])
 
@@ -166,16 +178,16 @@ def test_verbose(ref, tk, gen, tmp_path):
         ),
     ],
 )
-def test_stream_and_adjust_flags(ref, tk, gen, tmp_path, flags, opts):
+def test_stream_and_adjust_flags(ref, gen, tmp_path, flags, opts):
     trace, ann = fresh(gen, tmp_path)
-    proc = tk.run_cli(trace, "-a", ann, "-o", tmp_path / "o.json", *flags)
+    proc = run_cli(trace, "-a", ann, "-o", tmp_path / "o.json", *flags)
     assert proc.returncode == 0, proc.stderr
     text = trace.read_text()
-    exp = tk.expected_pipeline(ref, text, gen[2], **opts)
-    tk.check_output(exp, text, (tmp_path / "o.json").read_text())
+    exp = expected_pipeline(ref, text, gen[2], **opts)
+    check_output(exp, text, (tmp_path / "o.json").read_text())
 
 
-def test_flags_change_the_result(tk, gen, tmp_path):
+def test_flags_change_the_result(gen, tmp_path):
     # guards the test above against flags that are silently ignored
     trace, ann = fresh(gen, tmp_path)
     outs = {}
@@ -185,24 +197,24 @@ def test_flags_change_the_result(tk, gen, tmp_path):
         "os": ["--overlap-stream", "99"],
         "ma": ["--max-adjust-us", "0"],
     }.items():
-        assert tk.run_cli(trace, "-a", ann, "-o", tmp_path / f"{name}.json", *flags).returncode == 0
+        assert run_cli(trace, "-a", ann, "-o", tmp_path / f"{name}.json", *flags).returncode == 0
         outs[name] = (tmp_path / f"{name}.json").read_bytes()
     assert len(set(outs.values())) == 4
 
 
-def test_gzip_level(tk, gen, tmp_path):
+def test_gzip_level(gen, tmp_path):
     trace, ann = fresh(gen, tmp_path)
     sizes = {}
     for level in (0, 1, 9):
         out = tmp_path / f"o{level}.json.gz"
-        proc = tk.run_cli(trace, "-a", ann, "-o", out, "--gzip-level", str(level))
+        proc = run_cli(trace, "-a", ann, "-o", out, "--gzip-level", str(level))
         assert proc.returncode == 0, proc.stderr
         sizes[level] = out.stat().st_size
     contents = {gzip.decompress((tmp_path / f"o{lv}.json.gz").read_bytes()) for lv in sizes}
     assert len(contents) == 1
     assert sizes[0] > sizes[1] and sizes[0] > sizes[9]
     # the level has no effect on a plain output
-    proc = tk.run_cli(trace, "-a", ann, "-o", tmp_path / "plain.json", "--gzip-level", "9")
+    proc = run_cli(trace, "-a", ann, "-o", tmp_path / "plain.json", "--gzip-level", "9")
     assert proc.returncode == 0
     assert (tmp_path / "plain.json").read_bytes() == contents.pop()
 
@@ -221,9 +233,9 @@ def test_gzip_level(tk, gen, tmp_path):
         ["--no-such-flag"],
     ],
 )
-def test_bad_flags(tk, gen, tmp_path, flags):
+def test_bad_flags(gen, tmp_path, flags):
     trace, ann = fresh(gen, tmp_path)
-    proc = tk.run_cli(trace, "-a", ann, "-o", tmp_path / "o.json", *flags)
+    proc = run_cli(trace, "-a", ann, "-o", tmp_path / "o.json", *flags)
     assert proc.returncode in (1, 2), proc
     assert "panic" not in proc.stderr.lower() and "Traceback" not in proc.stderr
     assert proc.stderr.strip()
@@ -231,17 +243,17 @@ def test_bad_flags(tk, gen, tmp_path, flags):
     assert not (tmp_path / "trace.annotated.json").exists()
 
 
-def test_no_arguments(tk):
-    proc = tk.run_cli()
+def test_no_arguments():
+    proc = run_cli()
     assert proc.returncode == 2 and proc.stderr.strip() and "panic" not in proc.stderr.lower()
 
 
-def test_help_and_version(tk):
+def test_help_and_version():
     for args in (["--help"], ["annotate", "--help"], ["help"]):
-        proc = tk.run_cli(*args)
+        proc = run_cli(*args)
         assert proc.returncode == 0, (args, proc.stderr)
         assert "annotate" in proc.stdout or "TRACE" in proc.stdout
-    annotate_help = tk.run_cli("annotate", "--help").stdout
+    annotate_help = run_cli("annotate", "--help").stdout
     for flag in (
         "--annotations",
         "--output",
@@ -255,14 +267,14 @@ def test_help_and_version(tk):
         "--no-progress",
     ):
         assert flag in annotate_help
-    proc = tk.run_cli("--version")
+    proc = run_cli("--version")
     assert proc.returncode == 0 and cgfast.__version__ in proc.stdout
 
 
-def test_no_progress(tk, gen, tmp_path):
+def test_no_progress(gen, tmp_path):
     trace, ann = fresh(gen, tmp_path)
-    a = tk.run_cli(trace, "-a", ann, "-o", tmp_path / "a.json", "--no-progress")
-    b = tk.run_cli(trace, "-a", ann, "-o", tmp_path / "b.json")
+    a = run_cli(trace, "-a", ann, "-o", tmp_path / "a.json", "--no-progress")
+    b = run_cli(trace, "-a", ann, "-o", tmp_path / "b.json")
     assert a.returncode == b.returncode == 0 and a.stderr == b.stderr == ""
     assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
 
@@ -270,8 +282,8 @@ def test_no_progress(tk, gen, tmp_path):
 # --------------------------------------------------------------------------- --recover
 
 
-def _no_id_trace(tk, directory: Path):
-    gt = tk.gen_trace_module()
+def _no_id_trace(directory: Path):
+    gt = gen_trace_module()
     try:
         result = gt.generate(directory / "noid.json", 0.08, 2, 30, 3, node_ids=False)
     except TypeError:
@@ -283,21 +295,21 @@ def _no_id_trace(tk, directory: Path):
     return directory / "noid.json", directory / "topo.json", ann
 
 
-def test_recover_never_is_the_reference(ref, tk, tmp_path):
-    trace, ann_path, ann = _no_id_trace(tk, tmp_path)
-    proc = tk.run_cli(trace, "-a", ann_path, "-o", tmp_path / "o.json", "--recover", "never", "--json")
+def test_recover_never_is_the_reference(ref, tmp_path):
+    trace, ann_path, ann = _no_id_trace(tmp_path)
+    proc = run_cli(trace, "-a", ann_path, "-o", tmp_path / "o.json", "--recover", "never", "--json")
     assert proc.returncode == 0, proc.stderr
     text = trace.read_text()
-    exp = tk.expected_pipeline(ref, text, ann)
-    tk.check_output(exp, text, (tmp_path / "o.json").read_text())
+    exp = expected_pipeline(ref, text, ann)
+    check_output(exp, text, (tmp_path / "o.json").read_text())
     report = json.loads(proc.stdout)
     assert report["annotated"] == 0 and report["recovery"]["recovered_events"] == 0
 
 
 @pytest.mark.parametrize("mode", ["auto", "always"])
-def test_recover_modes_recover_node_ids(tk, tmp_path, mode):
-    trace, ann_path, ann = _no_id_trace(tk, tmp_path)
-    proc = tk.run_cli(trace, "-a", ann_path, "-o", tmp_path / "o.json", "--recover", mode, "--json")
+def test_recover_modes_recover_node_ids(tmp_path, mode):
+    trace, ann_path, _ann = _no_id_trace(tmp_path)
+    proc = run_cli(trace, "-a", ann_path, "-o", tmp_path / "o.json", "--recover", mode, "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["recovery"]["recovered_events"] > 0 and report["annotated"] > 0
@@ -308,8 +320,8 @@ def test_recover_modes_recover_node_ids(tk, tmp_path, mode):
     assert (tmp_path / "o.json").read_bytes() == (tmp_path / "p.json").read_bytes()
 
 
-def test_recovered_ids_are_the_ids_the_profiler_would_have_written(tk, tmp_path):
-    gt = tk.gen_trace_module()
+def test_recovered_ids_are_the_ids_the_profiler_would_have_written(tmp_path):
+    gt = gen_trace_module()
     ann, topology = gt.generate(tmp_path / "ids.json", 0.08, 2, 30, 3, node_ids=True)
     trace = json.loads((tmp_path / "ids.json").read_text())
     truth = []
@@ -318,7 +330,7 @@ def test_recovered_ids_are_the_ids_the_profiler_would_have_written(tk, tmp_path)
         truth.append(node)
     (tmp_path / "noid.json").write_text(json.dumps(trace))
     cgfast.save_annotations(tmp_path / "topo.json", ann, graphs=topology)
-    proc = tk.run_cli(
+    proc = run_cli(
         tmp_path / "noid.json",
         "-a",
         tmp_path / "topo.json",
@@ -355,14 +367,14 @@ def test_recovered_ids_are_the_ids_the_profiler_would_have_written(tk, tmp_path)
 
 
 @pytest.mark.parametrize("mode", ["auto", "always", "never"])
-def test_recover_modes_agree_when_ids_are_present(tk, gen, tmp_path, mode):
+def test_recover_modes_agree_when_ids_are_present(gen, tmp_path, mode):
     trace, ann = fresh(gen, tmp_path)
-    assert tk.run_cli(trace, "-a", ann, "-o", tmp_path / "ref.json").returncode == 0
-    assert tk.run_cli(trace, "-a", ann, "-o", tmp_path / "m.json", "--recover", mode).returncode == 0
+    assert run_cli(trace, "-a", ann, "-o", tmp_path / "ref.json").returncode == 0
+    assert run_cli(trace, "-a", ann, "-o", tmp_path / "m.json", "--recover", mode).returncode == 0
     assert (tmp_path / "m.json").read_bytes() == (tmp_path / "ref.json").read_bytes()
 
 
-def test_annotate_file_rejects_bad_options(tk, gen, tmp_path):
+def test_annotate_file_rejects_bad_options(gen, tmp_path):
     trace, ann = fresh(gen, tmp_path)
     for kw in (
         {"recover": "sometimes"},
@@ -378,13 +390,13 @@ def test_annotate_file_rejects_bad_options(tk, gen, tmp_path):
 # --------------------------------------------------------------------------- entry points
 
 
-def test_console_script(tk, gen, tmp_path):
+def test_console_script(gen, tmp_path):
     if not CONSOLE_SCRIPT.exists():
         pytest.skip(f"no console script at {CONSOLE_SCRIPT} (editable install missing)")
     trace, ann = fresh(gen, tmp_path)
-    a = tk.run_cli(trace, "-a", ann, "-o", tmp_path / "a.json", "--json", command=[str(CONSOLE_SCRIPT)])
-    b = tk.run_cli("annotate", trace, "-a", ann, "-o", tmp_path / "b.json", "--json", command=tk.python_cli())
-    c = tk.run_cli(trace, "-a", ann, "-o", tmp_path / "c.json", "--json")
+    a = run_cli(trace, "-a", ann, "-o", tmp_path / "a.json", "--json", command=[str(CONSOLE_SCRIPT)])
+    b = run_cli("annotate", trace, "-a", ann, "-o", tmp_path / "b.json", "--json", command=python_cli())
+    c = run_cli(trace, "-a", ann, "-o", tmp_path / "c.json", "--json")
     for p in (a, b, c):
         assert p.returncode == 0, p.stderr
     assert (
@@ -392,20 +404,21 @@ def test_console_script(tk, gen, tmp_path):
         == (tmp_path / "b.json").read_bytes()
         == (tmp_path / "c.json").read_bytes()
     )
-    strip = lambda r: {
-        k: v for k, v in json.loads(r.stdout).items() if k not in ("output", "seconds", "mb_per_s")
-    }  # noqa: E731
+
+    def strip(r):
+        return {k: v for k, v in json.loads(r.stdout).items() if k not in ("output", "seconds", "mb_per_s")}
+
     assert strip(a) == strip(b) == strip(c)
     for args in (["--version"], ["--help"]):
-        assert tk.run_cli(*args, command=[str(CONSOLE_SCRIPT)]).returncode == 0
-    bad = tk.run_cli(tmp_path / "missing.json", "-a", ann, command=[str(CONSOLE_SCRIPT)])
-    tk.assert_clean_failure(bad, mention="missing.json")
+        assert run_cli(*args, command=[str(CONSOLE_SCRIPT)]).returncode == 0
+    bad = run_cli(tmp_path / "missing.json", "-a", ann, command=[str(CONSOLE_SCRIPT)])
+    assert_clean_failure(bad, mention="missing.json")
 
 
-def test_python_m_cgfast_statuses(tk, tmp_path):
-    assert tk.run_cli("--version", command=tk.python_cli()).returncode == 0
-    assert tk.run_cli(command=tk.python_cli()).returncode == 2
-    assert tk.run_cli("--bogus", command=tk.python_cli()).returncode == 2
+def test_python_m_cgfast_statuses(tmp_path):
+    assert run_cli("--version", command=python_cli()).returncode == 0
+    assert run_cli(command=python_cli()).returncode == 2
+    assert run_cli("--bogus", command=python_cli()).returncode == 2
 
 
 def test_run_cli_in_process_returns_the_status(gen, tmp_path):
@@ -452,17 +465,17 @@ def test_python_m_cgfast_does_not_import_torch(tmp_path):
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr
 
 
-def test_reported_seconds_include_loading_the_annotations(tk, tmp_path):
+def test_reported_seconds_include_loading_the_annotations(tmp_path):
     # a tiny trace and a large annotation file: the run is mostly the loading
     trace = tmp_path / "t.json"
     trace.write_text(
         '{"traceEvents": [{"ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "ts": 1, "dur": 1, "args": {"graph node id": 5}}]}'
     )
-    ann = tk.write_json_annotations(
+    ann = write_json_annotations(
         tmp_path / "a.json", {n: [{"name": f"layers.{n}.mlp", "layer": n}] for n in range(1, 400_000)}
     )
     started = time.perf_counter()
-    proc = tk.run_cli(trace, "-a", ann, "-o", tmp_path / "o.json", "--json")
+    proc = run_cli(trace, "-a", ann, "-o", tmp_path / "o.json", "--json")
     wall = time.perf_counter() - started
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["seconds"] >= wall / 2, f"the whole run took {wall:.3f} s"

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import load_json, run_cli
+
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "examples" / "h200-compiled-transformer" / "000000.h200.pt.trace.json.gz"
 
@@ -36,10 +38,10 @@ def breakdown(trace_analysis, directory: Path):
         )
 
 
-def test_hta_reports_time_per_module(tk, trace_analysis, tmp_path):
+def test_hta_reports_time_per_module(trace_analysis, tmp_path):
     out = tmp_path / "annotated"
     out.mkdir()
-    proc = tk.run_cli("annotate", TRACE, "-o", out / "rank0.json.gz", "--no-progress")
+    proc = run_cli("annotate", TRACE, "-o", out / "rank0.json.gz", "--no-progress")
     assert proc.returncode == 0, proc.stderr
     frame = breakdown(trace_analysis, out)
     assert frame is not None, "HTA found no GPU user annotation"
@@ -49,7 +51,7 @@ def test_hta_reports_time_per_module(tk, trace_analysis, tmp_path):
     # runs from its first kernel's start to its last kernel's end, and its kernels alone
     # are busy for the sum of their durations; its spans lie between the two (where its
     # kernels are interleaved with others', as fc1's and fc2's are, it has several spans)
-    events = tk.load_json(out / "rank0.json.gz")["traceEvents"]
+    events = load_json(out / "rank0.json.gz")["traceEvents"]
     extent = collections.defaultdict(lambda: [float("inf"), float("-inf")])
     busy = collections.defaultdict(float)
     kernels = collections.defaultdict(int)
@@ -95,10 +97,10 @@ def test_hta_reports_time_per_module(tk, trace_analysis, tmp_path):
         )
 
 
-def test_without_spans_hta_finds_nothing_in_the_replays(tk, trace_analysis, tmp_path):
+def test_without_spans_hta_finds_nothing_in_the_replays(trace_analysis, tmp_path):
     out = tmp_path / "plain"
     out.mkdir()
-    proc = tk.run_cli("annotate", TRACE, "-o", out / "rank0.json.gz", "--no-progress", "--spans", "none")
+    proc = run_cli("annotate", TRACE, "-o", out / "rank0.json.gz", "--no-progress", "--spans", "none")
     assert proc.returncode == 0, proc.stderr
     frame = breakdown(trace_analysis, out)
     names = set() if frame is None else set(frame["name"])

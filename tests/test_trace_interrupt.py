@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import clean_env, generate, write_json_annotations
+
 ROOT = Path(__file__).resolve().parent.parent
 BINARY = Path(os.environ.get("CGFAST_BIN") or ROOT / "target" / "release" / "cgfast")
 CONSOLE = [sys.executable, "-c", "from cgfast._cli import main; main()"]  # what the console script runs
@@ -25,11 +27,11 @@ def commands():
 
 
 @pytest.fixture(scope="module")
-def big_trace(tk, tmp_path_factory):
+def big_trace(tmp_path_factory):
     """A trace large enough (~150 MB) that a run is still going when the signal comes."""
     d = tmp_path_factory.mktemp("big")
     trace = d / "big.json"
-    ann = tk.write_json_annotations(d / "ann.json", tk.generate(trace, target_mb=150, graphs=3, nodes=200))
+    ann = write_json_annotations(d / "ann.json", generate(trace, target_mb=150, graphs=3, nodes=200))
     yield trace, ann
     trace.unlink()
 
@@ -50,18 +52,18 @@ def wait_for(condition, timeout: float) -> bool:
 @pytest.mark.parametrize("command", commands())
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 @pytest.mark.parametrize("existing", [True, False], ids=["replacing", "new"])
-def test_a_signal_stops_the_run_cleanly(tk, tmp_path, big_trace, command, signum, existing):
+def test_a_signal_stops_the_run_cleanly(tmp_path, big_trace, command, signum, existing):
     trace, ann = big_trace
     out = tmp_path / ("out.json.gz" if existing else "out.json")
     if existing:
         out.write_bytes(b"precious")
         os.utime(out, (1_000_000_000, 1_000_000_000))
     proc = subprocess.Popen(
-        command + [str(trace), "-a", str(ann), "-o", str(out)],
+        [*command, str(trace), "-a", str(ann), "-o", str(out)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=tk.clean_env(),
+        env=clean_env(),
     )
     try:
         # the temporary output appears when the run starts reading
@@ -82,7 +84,7 @@ def test_a_signal_stops_the_run_cleanly(tk, tmp_path, big_trace, command, signum
         assert not out.exists()
 
 
-def test_annotate_file_is_interruptible(tk, tmp_path, big_trace):
+def test_annotate_file_is_interruptible(tmp_path, big_trace):
     """cgfast.annotate_file on the main thread raises KeyboardInterrupt on Ctrl-C, its
     temporary removed."""
     trace, ann = big_trace
@@ -99,7 +101,7 @@ def test_annotate_file_is_interruptible(tk, tmp_path, big_trace):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=tk.clean_env(),
+        env=clean_env(),
     )
     try:
         assert wait_for(lambda: partials(tmp_path), 60), "the run never started"

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import cgfast
+from helpers import load_json, run_cli
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "h200-eager-two-stream"
 TRACE = EXAMPLE / "000000.h200.pt.trace.json.gz"
@@ -35,16 +36,16 @@ def gpu_work(events: list) -> dict:
     }
 
 
-def annotate(tk, tmp_path, lanes, *flags):
+def annotate(tmp_path, lanes, *flags):
     out = tmp_path / f"{lanes}.json"
-    proc = tk.run_cli(TRACE, "-a", ANNOTATIONS, "-o", out, "--spans", "none", "--lanes", lanes, *flags)
+    proc = run_cli(TRACE, "-a", ANNOTATIONS, "-o", out, "--spans", "none", "--lanes", lanes, *flags)
     assert proc.returncode == 0, proc.stderr
     return out
 
 
-def test_lanes_all_keeps_the_lane_each_moved_event_ran_on(tk, tmp_path):
-    before = gpu_work(tk.load_json(TRACE)["traceEvents"])
-    after = gpu_work(tk.load_json(annotate(tk, tmp_path, "all"))["traceEvents"])
+def test_lanes_all_keeps_the_lane_each_moved_event_ran_on(tmp_path):
+    before = gpu_work(load_json(TRACE)["traceEvents"])
+    after = gpu_work(load_json(annotate(tmp_path, "all"))["traceEvents"])
     assert before.keys() == after.keys(), "no start in this trace is repaired"
     moved = [k for k in before if after[k]["tid"] != before[k]["tid"]]
     assert len(moved) > 20, "attention moves to stream 61"
@@ -56,12 +57,12 @@ def test_lanes_all_keeps_the_lane_each_moved_event_ran_on(tk, tmp_path):
         assert "annotated_stream" not in e["args"]
 
 
-def test_lanes_none_moves_nothing_and_names_the_asked_stream(tk, tmp_path):
+def test_lanes_none_moves_nothing_and_names_the_asked_stream(tmp_path):
     asked = streams_asked()
-    inp = tk.load_json(TRACE)
+    inp = load_json(TRACE)
     before = gpu_work(inp["traceEvents"])
-    out = annotate(tk, tmp_path, "none")
-    after = gpu_work(tk.load_json(out)["traceEvents"])
+    out = annotate(tmp_path, "none")
+    after = gpu_work(load_json(out)["traceEvents"])
     assert before.keys() == after.keys()
     after = {k: e for k, e in after.items() if "graph node id" in e["args"]}
     named = 0
@@ -82,7 +83,7 @@ def test_lanes_none_moves_nothing_and_names_the_asked_stream(tk, tmp_path):
         assert e["args"].get("stream") == e["tid"]
     assert named > 20
     report = json.loads(
-        tk.run_cli(
+        run_cli(
             TRACE,
             "-a",
             ANNOTATIONS,
@@ -103,13 +104,13 @@ def test_lanes_none_moves_nothing_and_names_the_asked_stream(tk, tmp_path):
     assert (tmp_path / "py.json").read_bytes() == out.read_bytes()
 
 
-def test_lanes_all_is_the_default_and_bad_values_are_refused(tk, tmp_path):
+def test_lanes_all_is_the_default_and_bad_values_are_refused(tmp_path):
     default = tmp_path / "default.json"
-    assert tk.run_cli(TRACE, "-a", ANNOTATIONS, "-o", default, "--spans", "none").returncode == 0
-    assert default.read_bytes() == annotate(tk, tmp_path, "all").read_bytes()
+    assert run_cli(TRACE, "-a", ANNOTATIONS, "-o", default, "--spans", "none").returncode == 0
+    assert default.read_bytes() == annotate(tmp_path, "all").read_bytes()
     cgfast.annotate_file(TRACE, annotations=ANNOTATIONS, output=tmp_path / "py.json", spans=None)
     assert (tmp_path / "py.json").read_bytes() == default.read_bytes()
-    proc = tk.run_cli(TRACE, "-a", ANNOTATIONS, "-o", tmp_path / "bad.json", "--lanes", "some")
+    proc = run_cli(TRACE, "-a", ANNOTATIONS, "-o", tmp_path / "bad.json", "--lanes", "some")
     assert proc.returncode != 0 and not (tmp_path / "bad.json").exists()
     with pytest.raises(ValueError, match="lanes"):
         cgfast.annotate_file(TRACE, annotations=ANNOTATIONS, output=tmp_path / "bad.json", lanes="some")
@@ -123,10 +124,10 @@ def test_trace_handler_passes_lanes_on():
     assert trace_handler("d").lanes == "all"
 
 
-def test_lanes_reference_is_all_without_original_stream(tk, tmp_path):
+def test_lanes_reference_is_all_without_original_stream(tmp_path):
     # the drop-in output: the reference's lanes and nothing the reference does not write
-    everything = tk.load_json(annotate(tk, tmp_path, "all"))
-    reference = tk.load_json(annotate(tk, tmp_path, "reference"))
+    everything = load_json(annotate(tmp_path, "all"))
+    reference = load_json(annotate(tmp_path, "reference"))
     carried = 0
     for e in everything["traceEvents"]:
         if "original_stream" in e.get("args", {}):

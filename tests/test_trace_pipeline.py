@@ -1,6 +1,6 @@
 """The file pipeline (``cgfast annotate`` / ``cgfast.annotate_file``) against the
 reference pipeline (annotate_trace -> _move_overlapping_to_stream ->
-_fix_overlapping_timestamps) plus cgfast's three fixes; see ``conftest.expected_pipeline``.
+_fix_overlapping_timestamps) plus cgfast's three fixes; see ``helpers.expected_pipeline``.
 
 Events no pass touches must be copied byte for byte; the rest must equal the expected
 result as parsed JSON (same events, same order, same number types)."""
@@ -26,6 +26,23 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cgfast
+from helpers import (
+    TraceError,
+    annotations_for_reference,
+    assert_clean_failure,
+    check_output,
+    check_report,
+    expected_pipeline,
+    generate,
+    leftovers,
+    load_json,
+    read_text,
+    run_cli,
+    split_events,
+    strict,
+    write_json_annotations,
+    write_pickle_annotations,
+)
 
 WORK = {"kernel", "gpu_memcpy", "gpu_memset"}
 
@@ -33,26 +50,26 @@ WORK = {"kernel", "gpu_memcpy", "gpu_memset"}
 # =========================================================================== helpers
 
 
-def run_pipeline(ref, tk, trace: Path, annotations: Path, output: Path, *, cli=True, extra=(), **opts):
+def run_pipeline(ref, trace: Path, annotations: Path, output: Path, *, cli=True, extra=(), **opts):
     """Run cgfast on files, build the expected result, compare; returns (report, expected)."""
-    text = tk.read_text(trace)
-    exp = tk.expected_pipeline(
+    text = read_text(trace)
+    exp = expected_pipeline(
         ref,
         text,
-        tk.annotations_for_reference(annotations),
+        annotations_for_reference(annotations),
         **{k: v for k, v in opts.items() if k != "gzip_level"},
     )
     if cli:
         flags = []
         for k, v in opts.items():
             flags += ["--" + k.replace("_", "-"), str(v)]
-        proc = tk.run_cli("annotate", trace, "-a", annotations, "-o", output, "--json", *flags, *extra)
+        proc = run_cli("annotate", trace, "-a", annotations, "-o", output, "--json", *flags, *extra)
         assert proc.returncode == 0, proc.stderr
         report = json.loads(proc.stdout)
     else:
         report = cgfast.annotate_file(trace, annotations, output, **opts)
-    tk.check_output(exp, text, tk.read_text(output))
-    tk.check_report(report, exp, trace=trace, output=output, annotations=annotations)
+    check_output(exp, text, read_text(output))
+    check_report(report, exp, trace=trace, output=output, annotations=annotations)
     return report, exp
 
 
@@ -78,14 +95,14 @@ def captured_fd1():
 
 
 @pytest.fixture(scope="session")
-def gen_traces(tmp_path_factory, tk):
+def gen_traces(tmp_path_factory):
     """seed -> (directory, trace.json, annotations dict); small traces (~150 kB)."""
     out = {}
     for seed in (0, 1, 2):
         d = tmp_path_factory.mktemp(f"gen{seed}")
-        ann = tk.generate(d / "trace.json", target_mb=0.15, graphs=2, nodes=40, seed=seed)
-        tk.write_json_annotations(d / "kernel_annotations_rank0_1.json", ann)
-        tk.write_pickle_annotations(d / "kernel_annotations_rank0_1.pkl", ann)
+        ann = generate(d / "trace.json", target_mb=0.15, graphs=2, nodes=40, seed=seed)
+        write_json_annotations(d / "kernel_annotations_rank0_1.json", ann)
+        write_pickle_annotations(d / "kernel_annotations_rank0_1.pkl", ann)
         out[seed] = (d, d / "trace.json", ann)
     return out
 
@@ -100,7 +117,7 @@ def gen_traces(tmp_path_factory, tk):
         (1, False, False, "json.gz"),
     ],
 )
-def test_gen_trace_matches_the_expected_pipeline(ref, tk, gen_traces, tmp_path, seed, gz_in, gz_out, kind):
+def test_gen_trace_matches_the_expected_pipeline(ref, gen_traces, tmp_path, seed, gz_in, gz_out, kind):
     d, trace, ann = gen_traces[seed]
     if gz_in:
         src = tmp_path / "trace.json.gz"
@@ -108,58 +125,57 @@ def test_gen_trace_matches_the_expected_pipeline(ref, tk, gen_traces, tmp_path, 
     else:
         src = trace
     if kind == "json.gz":
-        annotations = tk.write_json_annotations(tmp_path / "ann.json.gz", ann, gz=True)
+        annotations = write_json_annotations(tmp_path / "ann.json.gz", ann, gz=True)
     else:
         annotations = d / f"kernel_annotations_rank0_1.{kind}"
     output = tmp_path / ("out.json.gz" if gz_out else "out.json")
-    report, exp = run_pipeline(ref, tk, src, annotations, output)
+    _report, exp = run_pipeline(ref, src, annotations, output)
     assert (output.read_bytes()[:2] == b"\x1f\x8b") == gz_out, "gzip is chosen by the output's suffix"
     # the synthetic trace exercises every pass
     assert (
         exp.run.annotated and exp.run.moved and exp.run.fixed and exp.run.noise_removed and exp.run.warnings
     )
-    assert tk.leftovers(tmp_path) == []
+    assert leftovers(tmp_path) == []
 
 
-def test_gen_trace_through_annotate_file(ref, tk, gen_traces, tmp_path):
-    d, trace, ann = gen_traces[2]
+def test_gen_trace_through_annotate_file(ref, gen_traces, tmp_path):
+    d, trace, _ann = gen_traces[2]
     with captured_fd1() as box:
         report, exp = run_pipeline(
-            ref, tk, trace, d / "kernel_annotations_rank0_1.pkl", tmp_path / "o.json", cli=False
+            ref, trace, d / "kernel_annotations_rank0_1.pkl", tmp_path / "o.json", cli=False
         )
     assert "overlaps" in report and len(report["overlaps"]) == len(exp.run.warnings) > 0
     assert "WARNING" not in box["out"], "large overlaps are counted, not printed one per line"
 
 
-def test_annotate_file_takes_a_mapping(ref, tk, gen_traces, tmp_path):
-    d, trace, ann = gen_traces[0]
+def test_annotate_file_takes_a_mapping(ref, gen_traces, tmp_path):
+    _d, trace, ann = gen_traces[0]
     text = trace.read_text()
     report = cgfast.annotate_file(str(trace), ann, tmp_path / "o.json")
-    exp = tk.expected_pipeline(ref, text, ann)
-    tk.check_output(exp, text, (tmp_path / "o.json").read_text())
+    exp = expected_pipeline(ref, text, ann)
+    check_output(exp, text, (tmp_path / "o.json").read_text())
     assert report["annotated"] == exp.run.annotated
 
 
 @pytest.mark.parametrize(
     "opts",
     [
-        dict(default_stream=143),
-        dict(overlap_stream=99),
-        dict(max_adjust_us=0.0),
-        dict(max_adjust_us=5.0),
-        dict(default_stream=0, overlap_stream=7),
+        {"default_stream": 143},
+        {"overlap_stream": 99},
+        {"max_adjust_us": 0.0},
+        {"max_adjust_us": 5.0},
+        {"default_stream": 0, "overlap_stream": 7},
     ],
 )
-def test_gen_trace_with_options(ref, tk, gen_traces, tmp_path, opts):
-    d, trace, ann = gen_traces[1]
-    run_pipeline(ref, tk, trace, d / "kernel_annotations_rank0_1.json", tmp_path / "o.json", **opts)
+def test_gen_trace_with_options(ref, gen_traces, tmp_path, opts):
+    d, trace, _ann = gen_traces[1]
+    run_pipeline(ref, trace, d / "kernel_annotations_rank0_1.json", tmp_path / "o.json", **opts)
 
 
-def test_gen_trace_options_through_annotate_file(ref, tk, gen_traces, tmp_path):
-    d, trace, ann = gen_traces[0]
+def test_gen_trace_options_through_annotate_file(ref, gen_traces, tmp_path):
+    d, trace, _ann = gen_traces[0]
     run_pipeline(
         ref,
-        tk,
         trace,
         d / "kernel_annotations_rank0_1.json",
         tmp_path / "o.json.gz",
@@ -172,15 +188,15 @@ def test_gen_trace_options_through_annotate_file(ref, tk, gen_traces, tmp_path):
 
 
 @pytest.mark.parametrize("out_name", ["o.json", "o.json.gz"])
-def test_medium_trace(ref, tk, tmp_path_factory, out_name):
+def test_medium_trace(ref, tmp_path_factory, out_name):
     """A few MB, so that the streaming reader and writer go through many buffers."""
     d = tmp_path_factory.getbasetemp() / "medium"
     if not (d / "trace.json").exists():
         d.mkdir(exist_ok=True)
-        ann = tk.generate(d / "trace.json", target_mb=2.5, graphs=3, nodes=60, seed=11)
-        tk.write_pickle_annotations(d / "ann.pkl", ann)
+        ann = generate(d / "trace.json", target_mb=2.5, graphs=3, nodes=60, seed=11)
+        write_pickle_annotations(d / "ann.pkl", ann)
     out = d / out_name
-    run_pipeline(ref, tk, d / "trace.json", d / "ann.pkl", out)
+    run_pipeline(ref, d / "trace.json", d / "ann.pkl", out)
 
 
 # --------------------------------------------------------------------------- fix 1: flows
@@ -197,14 +213,14 @@ def flows_at_kernels(events) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_flows_sit_at_their_kernels_final_place(ref, tk, gen_traces, tmp_path, seed):
+def test_flows_sit_at_their_kernels_final_place(ref, gen_traces, tmp_path, seed):
     d, trace, ann = gen_traces[seed]
     out = tmp_path / "o.json"
-    proc = tk.run_cli(trace, "-a", d / "kernel_annotations_rank0_1.json", "-o", out, "--spans", "none")
+    proc = run_cli(trace, "-a", d / "kernel_annotations_rank0_1.json", "-o", out, "--spans", "none")
     assert proc.returncode == 0, proc.stderr
-    exp = tk.expected_pipeline(ref, trace.read_text(), ann)
-    ours = tk.load_json(out)["traceEvents"]
-    ours_at, ours_total = flows_at_kernels(ours)
+    exp = expected_pipeline(ref, trace.read_text(), ann)
+    ours = load_json(out)["traceEvents"]
+    ours_at, _ours_total = flows_at_kernels(ours)
     ref_at, ref_total = flows_at_kernels(exp.ref_events)
     assert ours_at >= ref_at
     assert ref_at < ref_total, "premise: the reference loses flows when kernels move after annotate"
@@ -238,16 +254,16 @@ def test_flows_sit_at_their_kernels_final_place(ref, tk, gen_traces, tmp_path, s
 
 
 @pytest.mark.parametrize("seed", [0, 2])
-def test_every_work_lane_is_named(ref, tk, gen_traces, tmp_path, seed):
+def test_every_work_lane_is_named(ref, gen_traces, tmp_path, seed):
     d, trace, ann = gen_traces[seed]
     out = tmp_path / "o.json.gz"
-    proc = tk.run_cli(trace, "-a", d / "kernel_annotations_rank0_1.pkl", "-o", out, "--spans", "none")
+    proc = run_cli(trace, "-a", d / "kernel_annotations_rank0_1.pkl", "-o", out, "--spans", "none")
     assert proc.returncode == 0, proc.stderr
-    events = tk.load_json(out)["traceEvents"]
+    events = load_json(out)["traceEvents"]
     work = {e["tid"] for e in events if e.get("cat") in WORK}
     named = {e["tid"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"}
     assert 8 in work and work <= named
-    exp = tk.expected_pipeline(ref, trace.read_text(), ann)
+    exp = expected_pipeline(ref, trace.read_text(), ann)
     ref_named = {e["tid"] for e in exp.ref_events if e.get("ph") == "M" and e.get("name") == "thread_name"}
     assert 8 not in ref_named, "premise: the reference leaves the overlap lane unnamed"
     # the overlap lane's name comes after the reference's own appended names, with the GPU pid
@@ -257,24 +273,22 @@ def test_every_work_lane_is_named(ref, tk, gen_traces, tmp_path, seed):
 # --------------------------------------------------------------------------- fix 3: summaries
 
 
-def test_large_overlaps_are_summarised(ref, tk, gen_traces, tmp_path):
+def test_large_overlaps_are_summarised(ref, gen_traces, tmp_path):
     d, trace, ann = gen_traces[0]
-    exp = tk.expected_pipeline(ref, trace.read_text(), ann)
+    exp = expected_pipeline(ref, trace.read_text(), ann)
     assert len(exp.run.warnings) >= 2
-    proc = tk.run_cli(trace, "-a", d / "kernel_annotations_rank0_1.json", "-o", tmp_path / "o.json")
+    proc = run_cli(trace, "-a", d / "kernel_annotations_rank0_1.json", "-o", tmp_path / "o.json")
     assert proc.returncode == 0
     assert "WARNING" not in proc.stdout and "WARNING" not in proc.stderr
     assert re.search(rf"large overlaps\s+{len(exp.run.warnings)}\b", proc.stdout), proc.stdout
-    proc = tk.run_cli(
-        trace, "-a", d / "kernel_annotations_rank0_1.json", "-o", tmp_path / "o.json", "--verbose"
-    )
+    proc = run_cli(trace, "-a", d / "kernel_annotations_rank0_1.json", "-o", tmp_path / "o.json", "--verbose")
     listed = [line for line in proc.stdout.splitlines() if re.match(r"\s+lane\s", line)]
     assert len(listed) == len(exp.run.warnings)
-    proc = tk.run_cli(
+    proc = run_cli(
         trace, "-a", d / "kernel_annotations_rank0_1.json", "-o", tmp_path / "o.json", "--verbose", "--json"
     )
     report = json.loads(proc.stdout)
-    tk.check_report(report, exp, trace=trace, output=tmp_path / "o.json")
+    check_report(report, exp, trace=trace, output=tmp_path / "o.json")
 
 
 # =========================================================================== default output names
@@ -337,7 +351,7 @@ def reference_output_name(ref_path: Path, tmp: Path, name: str) -> tuple[str, bo
         "ünï code.json",
     ],
 )
-def test_default_output_name_is_the_references(ref, tk, tmp_path, name):
+def test_default_output_name_is_the_references(ref, tmp_path, name):
     import torch_reference
 
     want, want_gz = reference_output_name(torch_reference.reference_path(), tmp_path, name)
@@ -359,9 +373,9 @@ def test_default_output_name_is_the_references(ref, tk, tmp_path, name):
         }
     ).encode()
     (d / name).write_bytes(gzip.compress(body) if name.endswith(".gz") else body)
-    tk.write_json_annotations(tmp_path / "a.json", {5: [{"name": "x"}]})
+    write_json_annotations(tmp_path / "a.json", {5: [{"name": "x"}]})
     before = set(os.listdir(d))
-    proc = tk.run_cli(name, "-a", tmp_path / "a.json", "--json", cwd=d)
+    proc = run_cli(name, "-a", tmp_path / "a.json", "--json", cwd=d)
     assert proc.returncode == 0, proc.stderr
     created = set(os.listdir(d)) - before
     assert created == {want}
@@ -373,7 +387,7 @@ def test_default_output_name_is_the_references(ref, tk, tmp_path, name):
     assert report["output"] == str(d / want) and (d / want).exists()
 
 
-def test_gzip_input_is_recognised_by_content(ref, tk, tmp_path):
+def test_gzip_input_is_recognised_by_content(ref, tmp_path):
     text = json.dumps(
         {
             "traceEvents": [
@@ -391,20 +405,20 @@ def test_gzip_input_is_recognised_by_content(ref, tk, tmp_path):
     )
     (tmp_path / "t.json").write_bytes(gzip.compress(text.encode()))  # gzipped but named .json
     (tmp_path / "u.json.gz").write_text(text)  # plain but named .json.gz
-    tk.write_json_annotations(tmp_path / "a.json", {5: [{"name": "x"}]})
+    write_json_annotations(tmp_path / "a.json", {5: [{"name": "x"}]})
     for name, out in (("t.json", "t.annotated.json"), ("u.json.gz", "u.annotated.json.gz")):
-        proc = tk.run_cli(tmp_path / name, "-a", tmp_path / "a.json")
+        proc = run_cli(tmp_path / name, "-a", tmp_path / "a.json")
         assert proc.returncode == 0, proc.stderr
         data = (tmp_path / out).read_bytes()
         assert (data[:2] == b"\x1f\x8b") == out.endswith(".gz")
-        exp = tk.expected_pipeline(ref, text, {5: [{"name": "x"}]})
-        tk.check_output(exp, text, tk.read_text(tmp_path / out))
+        exp = expected_pipeline(ref, text, {5: [{"name": "x"}]})
+        check_output(exp, text, read_text(tmp_path / out))
 
 
 # =========================================================================== auto-discovery
 
 
-def discovery_layout(tk, root: Path, trace_name="000000.1234.pt.trace.json.gz", files=(), beside=()):
+def discovery_layout(root: Path, trace_name="000000.1234.pt.trace.json.gz", files=(), beside=()):
     step = root / "traces" / "step_000000000014"
     step.mkdir(parents=True)
     trace = step / trace_name
@@ -428,9 +442,9 @@ def discovery_layout(tk, root: Path, trace_name="000000.1234.pt.trace.json.gz", 
         for n in names:
             ann = {5: [{"name": n, "stream": 60}]}
             if n.endswith(".pkl"):
-                tk.write_pickle_annotations(directory / n, ann)
+                write_pickle_annotations(directory / n, ann)
             else:
-                tk.write_json_annotations(directory / n, ann, gz=n.endswith(".gz"))
+                write_json_annotations(directory / n, ann, gz=n.endswith(".gz"))
     return trace
 
 
@@ -487,14 +501,14 @@ def discovery_layout(tk, root: Path, trace_name="000000.1234.pt.trace.json.gz", 
         ),
     ],
 )
-def test_annotations_are_discovered(ref, tk, tmp_path, trace_name, files, beside, want):
-    trace = discovery_layout(tk, tmp_path, trace_name, files, beside)
-    proc = tk.run_cli(trace, "--json")
+def test_annotations_are_discovered(ref, tmp_path, trace_name, files, beside, want):
+    trace = discovery_layout(tmp_path, trace_name, files, beside)
+    proc = run_cli(trace, "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert Path(report["annotations"]) == tmp_path / want
     assert report["annotated"] == 1
-    out = tk.load_json(Path(report["output"]))
+    out = load_json(Path(report["output"]))
     kernel = out["traceEvents"][0]
     assert kernel["args"]["name"] == Path(want).name and kernel["tid"] == 60
     if want.endswith(".pkl") and "step_" not in want:
@@ -512,12 +526,12 @@ def test_annotations_are_discovered(ref, tk, tmp_path, trace_name, files, beside
         ("trace.json.gz", ["kernel_annotations_rank0_1.json"]),
     ],
 )
-def test_nothing_to_discover(tk, tmp_path, trace_name, files):
-    trace = discovery_layout(tk, tmp_path, trace_name, files)
-    proc = tk.run_cli(trace)
-    tk.assert_clean_failure(proc, mention=trace.name)
+def test_nothing_to_discover(tmp_path, trace_name, files):
+    trace = discovery_layout(tmp_path, trace_name, files)
+    proc = run_cli(trace)
+    assert_clean_failure(proc, mention=trace.name)
     assert not any(p.name.endswith((".annotated.json.gz", ".partial")) for p in tmp_path.rglob("*"))
-    with pytest.raises(tk.TraceError):
+    with pytest.raises(TraceError):
         cgfast.annotate_file(trace)
 
 
@@ -525,38 +539,38 @@ def test_nothing_to_discover(tk, tmp_path, trace_name, files):
 
 
 @pytest.mark.parametrize("extra", [(), ("--recover", "never")])
-def test_real_traces_equal_the_reference(ref, tk, h200, tmp_path, extra):
+def test_real_traces_equal_the_reference(ref, h200, tmp_path, extra):
     ann = {8589934592: [{"name": "x", "stream": 60}], 5: ["label"]}
-    annotations = tk.write_json_annotations(tmp_path / "ann.json", ann)
+    annotations = write_json_annotations(tmp_path / "ann.json", ann)
     for fixture in h200:
         trace = tmp_path / fixture.name
         shutil.copyfile(fixture, trace)
-        proc = tk.run_cli(trace, "-a", annotations, "--json", *extra)
+        proc = run_cli(trace, "-a", annotations, "--json", *extra)
         assert proc.returncode == 0, proc.stderr
         out = tmp_path / fixture.name.replace(".json.gz", ".annotated.json.gz")
         assert out.exists() and out.read_bytes()[:2] == b"\x1f\x8b"
-        text = tk.read_text(trace)
-        exp = tk.expected_pipeline(ref, text, ann)
-        out_text = tk.read_text(out)
-        tk.check_output(exp, text, out_text)
+        text = read_text(trace)
+        exp = expected_pipeline(ref, text, ann)
+        out_text = read_text(out)
+        check_output(exp, text, out_text)
         # no graph node ids: none of cgfast's fixes applies, the output is the reference's
         got = json.loads(out_text)["traceEvents"]
-        assert [tk.strict(e) for e in got] == [tk.strict(e) for e in exp.ref_events]
+        assert [strict(e) for e in got] == [strict(e) for e in exp.ref_events]
         report = json.loads(proc.stdout)
-        tk.check_report(report, exp, trace=trace, output=out, annotations=annotations)
+        check_report(report, exp, trace=trace, output=out, annotations=annotations)
         assert report["annotated"] == 0 and report["moved"] == 0 and report["fixed"] == 0
 
 
-def test_real_traces_with_a_pickle(ref, tk, h200, tmp_path):
+def test_real_traces_with_a_pickle(ref, h200, tmp_path):
     ann = collections.defaultdict(list, {1: [{"a": 1}]})
-    annotations = tk.write_pickle_annotations(tmp_path / "ann.pkl", dict(ann), default_dict=True)
+    annotations = write_pickle_annotations(tmp_path / "ann.pkl", dict(ann), default_dict=True)
     for fixture in h200:
         out = tmp_path / (fixture.name + ".out.json")
         report = cgfast.annotate_file(fixture, annotations, out)
-        text = tk.read_text(fixture)
-        exp = tk.expected_pipeline(ref, text, ann)
-        tk.check_output(exp, text, out.read_text())
-        tk.check_report(report, exp, trace=fixture, output=out, annotations=annotations)
+        text = read_text(fixture)
+        exp = expected_pipeline(ref, text, ann)
+        check_output(exp, text, out.read_text())
+        check_report(report, exp, trace=fixture, output=out, annotations=annotations)
 
 
 # =========================================================================== hand-written file cases
@@ -595,7 +609,6 @@ def TN(tid, pid=0):
 
 def file_case(
     ref,
-    tk,
     tmp_path,
     events,
     annotations,
@@ -612,24 +625,24 @@ def file_case(
     trace = tmp_path / "t.json"
     trace.write_text(text, encoding="utf-8")
     if ann_kind == "pkl":
-        ann_path = tk.write_pickle_annotations(tmp_path / "a.pkl", annotations)
+        ann_path = write_pickle_annotations(tmp_path / "a.pkl", annotations)
         ref_ann = annotations
     elif raw_annotations is not None:
         ann_path = tmp_path / "a.json"
         ann_path.write_text(raw_annotations)
-        ref_ann = tk.annotations_for_reference(ann_path)
+        ref_ann = annotations_for_reference(ann_path)
     else:
-        ann_path = tk.write_json_annotations(tmp_path / "a.json", annotations)
-        ref_ann = tk.annotations_for_reference(ann_path)
-    exp = tk.expected_pipeline(ref, text, ref_ann, **{k: v for k, v in opts.items() if k != "gzip_level"})
+        ann_path = write_json_annotations(tmp_path / "a.json", annotations)
+        ref_ann = annotations_for_reference(ann_path)
+    exp = expected_pipeline(ref, text, ref_ann, **{k: v for k, v in opts.items() if k != "gzip_level"})
     out = tmp_path / "o.json"
     report = cgfast.annotate_file(trace, ann_path, out, **opts)
-    tk.check_output(exp, text, out.read_text(encoding="utf-8"))
-    tk.check_report(report, exp, trace=trace, output=out, annotations=ann_path)
+    check_output(exp, text, out.read_text(encoding="utf-8"))
+    check_report(report, exp, trace=trace, output=out, annotations=ann_path)
     return json.loads(out.read_text(encoding="utf-8"))["traceEvents"], report
 
 
-def test_flow_follows_its_kernel_through_all_moves(ref, tk, tmp_path):
+def test_flow_follows_its_kernel_through_all_moves(ref, tmp_path):
     events = [
         TN(7),
         K(7, 0, node=1, dur=10),
@@ -646,37 +659,37 @@ def test_flow_follows_its_kernel_through_all_moves(ref, tk, tmp_path):
         F(61, 9.5),
     ]
     got, report = file_case(
-        ref, tk, tmp_path, events, {4: [{"stream": 60}], 7: [{"stream": 61}], 8: [{"stream": "61"}]}
+        ref, tmp_path, events, {4: [{"stream": 60}], 7: [{"stream": 61}], 8: [{"stream": "61"}]}
     )
     flows = [e for e in got if e.get("ph") == "f"]
     assert [(f["tid"], f["ts"]) for f in flows] == [(7, 0), (8, 5), (8, 9.5), (60, 1), (61, 0), (61, 10)]
     assert report["flows_moved"] == 4
 
 
-def test_flow_at_a_kernel_of_another_pid_moves_like_the_reference(ref, tk, tmp_path):
+def test_flow_at_a_kernel_of_another_pid_moves_like_the_reference(ref, tmp_path):
     # The reference indexes flows by (tid, ts) only: a flow of another pid at the
     # kernel's (tid, ts) moves with it in annotate_trace (and so stays out of the noise).
     # Fix 1 is about flows at a work event's (pid, tid, ts); everything else must be the
     # reference's.
     events = [TN(7), K(7, 10, node=5), F(7, 10, pid=3), K(7, 20), F(7, 20)]
-    file_case(ref, tk, tmp_path, events, {5: [{"stream": 60}]})
+    file_case(ref, tmp_path, events, {5: [{"stream": 60}]})
 
 
-def test_flow_at_a_kernel_of_another_pid_is_not_noise(ref, tk, tmp_path):
+def test_flow_at_a_kernel_of_another_pid_is_not_noise(ref, tmp_path):
     events = [TN(7), K(7, 10, node=5), F(7, 10, pid=3)]
-    file_case(ref, tk, tmp_path, events, {5: [{"stream": 60}]})
+    file_case(ref, tmp_path, events, {5: [{"stream": 60}]})
 
 
-def test_flow_follows_a_kernel_with_null_graph_node_id(ref, tk, tmp_path):
+def test_flow_follows_a_kernel_with_null_graph_node_id(ref, tmp_path):
     # graph node id null: annotate_trace skips it, the two lane passes do not; the flow
     # at it must end at its final place (the overlap lane here)
     events = [TN(7), K(7, 0, node=1, dur=10), F(7, 0), K(7, 5, node=None), F(7, 5)]
     events[3]["args"]["graph node id"] = None
-    got, _ = file_case(ref, tk, tmp_path, events, {})
+    got, _ = file_case(ref, tmp_path, events, {})
     assert got[3]["tid"] == 8 and got[4]["tid"] == 8
 
 
-def test_flow_follows_a_null_id_kernel_whose_ts_is_fixed(ref, tk, tmp_path):
+def test_flow_follows_a_null_id_kernel_whose_ts_is_fixed(ref, tmp_path):
     events = [
         TN(7),
         K(7, 0, node=1, dur=10),
@@ -685,15 +698,15 @@ def test_flow_follows_a_null_id_kernel_whose_ts_is_fixed(ref, tk, tmp_path):
         F(143, 9.5),
     ]
     events[3]["args"]["graph node id"] = None
-    file_case(ref, tk, tmp_path, events, {2: [{"stream": 143}]})
+    file_case(ref, tmp_path, events, {2: [{"stream": 143}]})
 
 
-def test_flows_at_one_place_with_several_kernels(ref, tk, tmp_path):
+def test_flows_at_one_place_with_several_kernels(ref, tmp_path):
     events = [TN(7), K(7, 10, node=5), K(7, 10, node=6), F(7, 10), F(7, 10, ident=2)]
-    file_case(ref, tk, tmp_path, events, {5: [{"stream": 60}], 6: [{"stream": 61}]})
+    file_case(ref, tmp_path, events, {5: [{"stream": 60}], 6: [{"stream": 61}]})
 
 
-def test_flow_numbers_written_differently(ref, tk, tmp_path):
+def test_flow_numbers_written_differently(ref, tmp_path):
     events = [
         TN(7),
         '{"ph":"X","cat":"kernel","pid":0,"tid":7,"ts":1e1,"dur":1,"args":{"graph node id":5}}',
@@ -701,36 +714,36 @@ def test_flow_numbers_written_differently(ref, tk, tmp_path):
         '{"ph":"f","cat":"ac2g","pid":0,"tid":7.0,"ts":10.000,"id":2}',
         '{"ph":"f","cat":"ac2g","pid":0.0,"tid":7,"ts":1.0E+1,"id":3}',
     ]
-    file_case(ref, tk, tmp_path, events, {5: [{"stream": 60}]})
+    file_case(ref, tmp_path, events, {5: [{"stream": 60}]})
 
 
 @pytest.mark.parametrize("stream", [61, "61", " 61 ", "+61", "6_1", 61.9, True, -4])
-def test_stream_values_in_annotation_files(ref, tk, tmp_path, stream):
+def test_stream_values_in_annotation_files(ref, tmp_path, stream):
     for kind in ("json", "pkl"):
         d = tmp_path / kind
         d.mkdir()
         got, _ = file_case(
-            ref, tk, d, [K(7, 10, node=5), F(7, 10)], {5: [{"name": "x", "stream": stream}]}, ann_kind=kind
+            ref, d, [K(7, 10, node=5), F(7, 10)], {5: [{"name": "x", "stream": stream}]}, ann_kind=kind
         )
         assert got[0]["tid"] == int(stream)
 
 
 @pytest.mark.parametrize("stream", ["\u0663", "\uff16\uff11", "61\u2028", "\u200361"])
-def test_stream_values_python_int_accepts(ref, tk, tmp_path, stream):
+def test_stream_values_python_int_accepts(ref, tmp_path, stream):
     # int() takes any Unicode decimal digits and strips any Unicode whitespace
-    got, _ = file_case(ref, tk, tmp_path, [K(7, 10, node=5), F(7, 10)], {5: [{"stream": stream}]})
+    got, _ = file_case(ref, tmp_path, [K(7, 10, node=5), F(7, 10)], {5: [{"stream": stream}]})
     assert got[0]["tid"] == int(stream)
 
 
-def test_unused_annotation_with_a_bad_stream(ref, tk, tmp_path):
+def test_unused_annotation_with_a_bad_stream(ref, tmp_path):
     # the reference only int()s the streams of nodes that events use
-    file_case(ref, tk, tmp_path, [K(7, 10, node=5), F(7, 10)], {5: [{"stream": 60}], 6: [{"stream": "side"}]})
+    file_case(ref, tmp_path, [K(7, 10, node=5), F(7, 10)], {5: [{"stream": 60}], 6: [{"stream": "side"}]})
 
 
 @pytest.mark.parametrize("node", [2**63 - 1, 2**63, 2**63 + 5, 2**64 - 1])
-def test_64_bit_node_ids_in_files(ref, tk, tmp_path, node):
-    got, report = file_case(
-        ref, tk, tmp_path, [TN(7), K(7, 10, node=node), F(7, 10)], {node: [{"name": "big", "stream": 60}]}
+def test_64_bit_node_ids_in_files(ref, tmp_path, node):
+    _got, report = file_case(
+        ref, tmp_path, [TN(7), K(7, 10, node=node), F(7, 10)], {node: [{"name": "big", "stream": 60}]}
     )
     assert report["annotated"] == 1
 
@@ -761,14 +774,14 @@ def test_64_bit_node_ids_in_files(ref, tk, tmp_path, node):
         {},
     ],
 )
-def test_str_of_annotation_values_in_files(ref, tk, tmp_path, value):
+def test_str_of_annotation_values_in_files(ref, tmp_path, value):
     for kind in ("json", "pkl"):
         d = tmp_path / kind
         d.mkdir()
-        file_case(ref, tk, d, [K(7, 10, node=5)], {5: [{"v": value}, value]}, ann_kind=kind)
+        file_case(ref, d, [K(7, 10, node=5)], {5: [{"v": value}, value]}, ann_kind=kind)
 
 
-def test_pickle_specific_values(ref, tk, tmp_path):
+def test_pickle_specific_values(ref, tmp_path):
     # tuples, non-string dict keys (json.dump writes 3 -> "3", True -> "true", None ->
     # "null", 1.5 -> "1.5"), non-dict items, every pickle protocol
     ann = {
@@ -796,21 +809,21 @@ def test_pickle_specific_values(ref, tk, tmp_path):
         body = ",".join(json.dumps(e) for e in trace)
         text = '{"traceEvents": [' + body + "]}"
         (d / "t.json").write_text(text)
-        pkl = tk.write_pickle_annotations(d / "a.pkl", ann, protocol=protocol)
-        exp = tk.expected_pipeline(ref, text, ann)
+        pkl = write_pickle_annotations(d / "a.pkl", ann, protocol=protocol)
+        exp = expected_pipeline(ref, text, ann)
         cgfast.annotate_file(d / "t.json", pkl, d / "o.json")
-        tk.check_output(exp, text, (d / "o.json").read_text())
+        check_output(exp, text, (d / "o.json").read_text())
 
 
-def test_defaultdict_and_bare_json_annotations(ref, tk, tmp_path):
+def test_defaultdict_and_bare_json_annotations(ref, tmp_path):
     ann = {5: [{"name": "x", "stream": 60}], 6: ["s"]}
     events = [K(7, 10, node=5), K(7, 20, node=6), F(7, 10)]
     for i, writer in enumerate(
         (
-            lambda p: tk.write_pickle_annotations(p.with_suffix(".pkl"), ann, default_dict=True),
-            lambda p: tk.write_json_annotations(p.with_suffix(".json"), ann, wrapped=False),
-            lambda p: tk.write_json_annotations(p.with_suffix(".json.gz"), ann, gz=True),
-            lambda p: tk.write_json_annotations(p.with_suffix(".data"), ann, wrapped=False, gz=True),
+            lambda p: write_pickle_annotations(p.with_suffix(".pkl"), ann, default_dict=True),
+            lambda p: write_json_annotations(p.with_suffix(".json"), ann, wrapped=False),
+            lambda p: write_json_annotations(p.with_suffix(".json.gz"), ann, gz=True),
+            lambda p: write_json_annotations(p.with_suffix(".data"), ann, wrapped=False, gz=True),
         )
     ):
         d = tmp_path / str(i)
@@ -819,7 +832,7 @@ def test_defaultdict_and_bare_json_annotations(ref, tk, tmp_path):
         text = '{"traceEvents": [' + ",".join(json.dumps(e) for e in events) + "]}"
         (d / "t.json").write_text(text)
         report = cgfast.annotate_file(d / "t.json", path, d / "o.json")
-        tk.check_output(tk.expected_pipeline(ref, text, ann), text, (d / "o.json").read_text())
+        check_output(expected_pipeline(ref, text, ann), text, (d / "o.json").read_text())
         assert report["annotations_loaded"] == 2
 
 
@@ -833,21 +846,20 @@ def test_load_and_save_annotations_round_trip(tmp_path):
     assert cgfast.load_annotations(tmp_path / "a.pkl") == ann
 
 
-def test_duplicate_keys_in_events(ref, tk, tmp_path):
+def test_duplicate_keys_in_events(ref, tmp_path):
     events = [
         TN(7),
         '{"ph":"X","cat":"kernel","pid":0,"tid":9,"tid":7,"ts":10,"dur":1,"args":{"graph node id":5}}',
         '{"ph":"X","cat":"kernel","pid":0,"tid":7,"ts":20,"dur":1,"args":{"graph node id":1,"graph node id":6,"stream":3,"stream":7}}',
         '{"ph":"f","cat":"ac2g","pid":0,"tid":7,"ts":10,"id":1}',
     ]
-    file_case(ref, tk, tmp_path, events, {5: [{"stream": 60}], 6: [{"stream": 61}]})
+    file_case(ref, tmp_path, events, {5: [{"stream": 60}], 6: [{"stream": 61}]})
 
 
-def test_trace_events_key_inside_other_values(ref, tk, tmp_path):
+def test_trace_events_key_inside_other_values(ref, tmp_path):
     top_before = '"deviceProperties": [{"traceEvents": [{"ph": "X", "cat": "kernel", "tid": 7, "ts": 1, "args": {"graph node id": 5}}]}], "s": "\\"traceEvents\\": [", '
-    got, report = file_case(
+    _got, report = file_case(
         ref,
-        tk,
         tmp_path,
         [TN(7), K(7, 10, node=5), F(7, 10)],
         {5: [{"stream": 60}]},
@@ -857,20 +869,18 @@ def test_trace_events_key_inside_other_values(ref, tk, tmp_path):
     assert report["annotated"] == 1
 
 
-def test_empty_trace_events(ref, tk, tmp_path):
-    file_case(ref, tk, tmp_path, [], {5: [{"stream": 60}]})
+def test_empty_trace_events(ref, tmp_path):
+    file_case(ref, tmp_path, [], {5: [{"stream": 60}]})
     (tmp_path / "e").mkdir()
-    file_case(
-        ref, tk, tmp_path / "e", [], {}, top_before='"schemaVersion": 1, ', top_after=', "traceName": "x"'
-    )
+    file_case(ref, tmp_path / "e", [], {}, top_before='"schemaVersion": 1, ', top_after=', "traceName": "x"')
 
 
-def test_float_tid_work_lane_without_a_name(ref, tk, tmp_path):
+def test_float_tid_work_lane_without_a_name(ref, tmp_path):
     # an eager kernel on lane 7.0: the reference names it {"tid": 7.0, "args": {"name": "stream 7.0"}}
-    file_case(ref, tk, tmp_path, [K(7.0, 10), F(7, 10)], {})
+    file_case(ref, tmp_path, [K(7.0, 10), F(7, 10)], {})
 
 
-def test_whitespace_and_escapes_everywhere(ref, tk, tmp_path):
+def test_whitespace_and_escapes_everywhere(ref, tmp_path):
     events = [
         '\r\n\t {\t"ph" :"M" , "name":"thread_name","pid":0,"tid":7,"args":{"name":"stream 7"}}',
         '{ "ph" : "X" ,\n "cat" : "kernel" , "name" : "\\u006b\\/\\"q\\" \\ud83d\\ude00 é" ,\n "pid" : 0 , "tid" : 7 ,"ts":0 ,"dur" : 10 , "args" : { "graph node id" : 1 } }',
@@ -879,7 +889,7 @@ def test_whitespace_and_escapes_everywhere(ref, tk, tmp_path):
         '{"ph":"f","cat":"ac2g","pid":0,"tid":7,"ts":9.5,"id":1}',
         '{"ph":"X","cat":"gpu_user_annotation","name":"## x ##","pid":0,"tid":20,"ts":0,"dur":5}',
     ]
-    file_case(ref, tk, tmp_path, events, {1: [{"name": 'ä"b'}], 2: ["l"]})
+    file_case(ref, tmp_path, events, {1: [{"name": 'ä"b'}], 2: ["l"]})
 
 
 # =========================================================================== hypothesis: traces as files
@@ -888,7 +898,7 @@ GPU_TIDS = [7, 8, 20, 60, 61, 143]
 NODES = [1, 2, 3, 4, 5, 6, 8589934592, 8589934593]
 SAFE_TEXT = st.text(
     alphabet=st.sampled_from(
-        list("abcxyz _.:<>()[]{},'\"\\/") + ["\n", "\t", "µ", "é", "ü", "中", "\U0001f600", "\u00e9", "\x01"]
+        [*list("abcxyz _.:<>()[]{},'\"\\/"), "\n", "\t", "µ", "é", "ü", "中", "😀", "é", "\x01"]
     ),
     max_size=10,
 )
@@ -949,7 +959,7 @@ def annotation_items():
     )
 
 
-annotations_st = st.dictionaries(st.sampled_from(NODES + [0, 99]), annotation_items(), max_size=8)
+annotations_st = st.dictionaries(st.sampled_from([*NODES, 0, 99]), annotation_items(), max_size=8)
 
 
 @st.composite
@@ -968,7 +978,7 @@ def file_traces(draw):
             if draw(st.booleans()):
                 args["correlation"] = draw(st.integers(0, 9))
             if kind == "graphed":
-                args["graph node id"] = draw(st.sampled_from(NODES + [99, 8589934592]))
+                args["graph node id"] = draw(st.sampled_from([*NODES, 99, 8589934592]))
             elif draw(st.booleans()):
                 args["graph node id"] = 0
             e = {
@@ -1009,7 +1019,7 @@ def file_traces(draw):
                     "ph": "f",
                     "id": 1,
                     "pid": 0,
-                    "tid": draw(st.sampled_from(GPU_TIDS + [24])),
+                    "tid": draw(st.sampled_from([*GPU_TIDS, 24])),
                     "ts": draw(times()),
                     "cat": "ac2g",
                     "name": "ac2g",
@@ -1035,14 +1045,14 @@ def file_traces(draw):
                     "cat": "gpu_user_annotation",
                     "name": "## Call CompiledFxGraph ##",
                     "pid": 0,
-                    "tid": draw(st.sampled_from(GPU_TIDS + [24, 20.0])),
+                    "tid": draw(st.sampled_from([*GPU_TIDS, 24, 20.0])),
                     "ts": draw(times()),
                     "dur": 5,
                     "args": {"External id": 1},
                 }
             )
         elif kind == "meta":
-            tid = draw(st.sampled_from(GPU_TIDS + [24, 1399, 0, 7.0]))
+            tid = draw(st.sampled_from([*GPU_TIDS, 24, 1399, 0, 7.0]))
             name = draw(st.sampled_from(["thread_name", "thread_name", "thread_sort_index", "process_name"]))
             label = draw(st.sampled_from([f"stream {tid} ", "python3", f"thread {tid}"]))
             e = {
@@ -1084,15 +1094,15 @@ def enc_str(s: str, rng: random.Random, p_escape: float) -> str:
             if rng.random() < 0.5 and ch in SHORT:
                 out.append(SHORT[ch])
             else:
-                out.append("\\u%04x" % c if rng.random() < 0.5 else "\\u%04X" % c)
+                out.append(f"\\u{c:04x}" if rng.random() < 0.5 else f"\\u{c:04X}")
         elif rng.random() < p_escape:
             if ch == "/":
                 out.append("\\/")
             elif c > 0xFFFF:
                 v = c - 0x10000
-                out.append("\\u%04x\\u%04x" % (0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF)))
+                out.append(f"\\u{0xD800 + (v >> 10):04x}\\u{0xDC00 + (v & 0x3FF):04x}")
             else:
-                out.append("\\u%04x" % c)
+                out.append(f"\\u{c:04x}")
         else:
             out.append(ch)
     out.append('"')
@@ -1105,7 +1115,7 @@ def enc_num(v, rng: random.Random) -> str:
     if isinstance(v, int):
         return str(v)
     r = repr(v)
-    forms = [r, "%.17e" % v, "%.17E" % v, "%.16e" % v]
+    forms = [r, f"{v:.17e}", f"{v:.17E}", f"{v:.16e}"]
     if "e" not in r and "." in r:
         forms.append(r + "0")
     return rng.choice(forms)
@@ -1207,7 +1217,7 @@ def write_annotation_file(directory: Path, ann: dict, kind: str) -> Path:
     gz=st.sampled_from([(False, False), (True, False), (False, True)]),
     opts=st.sampled_from([{}, {}, {"default_stream": 20}, {"overlap_stream": 61}, {"max_adjust_us": 0.25}]),
 )
-def test_hypothesis_files(ref, tk, events, ann, style, top_before, top_after, ann_kind, gz, opts):
+def test_hypothesis_files(ref, events, ann, style, top_before, top_after, ann_kind, gz, opts):
     top_after = [kv for kv in top_after if kv[0] not in {k for k, _ in top_before}]
     text = render(events, style, top_before, top_after)
     with tempfile.TemporaryDirectory() as tmp:
@@ -1216,27 +1226,27 @@ def test_hypothesis_files(ref, tk, events, ann, style, top_before, top_after, an
         data = text.encode("utf-8")
         trace.write_bytes(gzip.compress(data, compresslevel=1) if gz[0] else data)
         ann_path = write_annotation_file(d, ann, ann_kind)
-        ref_ann = tk.annotations_for_reference(ann_path)
-        exp = tk.expected_pipeline(ref, text, ref_ann, **opts)
+        ref_ann = annotations_for_reference(ann_path)
+        exp = expected_pipeline(ref, text, ref_ann, **opts)
         out = d / ("o.json.gz" if gz[1] else "o.json")
         report = cgfast.annotate_file(trace, ann_path, out, **opts)
-        tk.check_output(exp, text, tk.read_text(out))
-        tk.check_report(report, exp, trace=trace, output=out, annotations=ann_path)
+        check_output(exp, text, read_text(out))
+        check_report(report, exp, trace=trace, output=out, annotations=ann_path)
         assert sorted(os.listdir(d)) == sorted([trace.name, ann_path.name, out.name])
 
 
 # =========================================================================== the checks can fail
 
 
-def test_check_output_catches_changes(ref, tk, gen_traces, tmp_path):
+def test_check_output_catches_changes(ref, gen_traces, tmp_path):
     """The comparison used throughout this file is not a tautology."""
     d, trace, ann = gen_traces[0]
     out = tmp_path / "o.json"
-    assert tk.run_cli(trace, "-a", d / "kernel_annotations_rank0_1.json", "-o", out).returncode == 0
+    assert run_cli(trace, "-a", d / "kernel_annotations_rank0_1.json", "-o", out).returncode == 0
     text, good = trace.read_text(), out.read_text()
-    exp = tk.expected_pipeline(ref, text, ann)
-    tk.check_output(exp, text, good)
-    raw = tk.split_events(good).events
+    exp = expected_pipeline(ref, text, ann)
+    check_output(exp, text, good)
+    raw = split_events(good).events
     untouched = next(
         pos
         for pos, i in enumerate(exp.origin)
@@ -1271,14 +1281,14 @@ def test_check_output_catches_changes(ref, tk, gen_traces, tmp_path):
         ),
         "an int written as a float": tampered(kernel, raw[kernel].replace('"pid": 0', '"pid": 0.0', 1)),
         "the reference's own output": json.dumps(
-            {**{k: v for k, v in json.loads(good).items()}, "traceEvents": exp.ref_events}
+            {**dict(json.loads(good).items()), "traceEvents": exp.ref_events}
         ),
         "an event dropped": re.sub(re.escape(raw[untouched]) + r"\s*,\s*", "", good, count=1),
     }
     for what, bad in bad_outputs.items():
         assert bad != good, what
         with pytest.raises(AssertionError):
-            tk.check_output(exp, text, bad)
+            check_output(exp, text, bad)
             print(what)  # only reached if the check missed it
 
 
@@ -1287,7 +1297,7 @@ def test_check_output_catches_changes(ref, tk, gen_traces, tmp_path):
 EPOCH_NS = 1_733_212_345_678_901_234  # epoch nanoseconds: more than a float holds exactly
 
 
-def test_epoch_nanosecond_times_are_annotated_and_moved(ref, tk, tmp_path):
+def test_epoch_nanosecond_times_are_annotated_and_moved(ref, tmp_path):
     events = [
         TN(7),
         K(7, EPOCH_NS, node=1, dur=3),
@@ -1307,7 +1317,7 @@ def test_epoch_nanosecond_times_are_annotated_and_moved(ref, tk, tmp_path):
         5: [{"stream": 143}],
         6: [{"stream": 143}],
     }
-    got, report = file_case(ref, tk, tmp_path, events, annotations)
+    got, report = file_case(ref, tmp_path, events, annotations)
     assert report["annotated"] == 5
     assert [(e["tid"], e["ts"]) for e in got if e.get("cat") == "kernel"][:5] == [
         (7, EPOCH_NS),

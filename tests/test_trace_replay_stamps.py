@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import cgfast
+from helpers import generate, write_json_annotations
 
 # Graphs 2 and 4: the same two kernels in the same order and shapes; 6 has another.
 GRAPHS = {
@@ -209,7 +210,7 @@ def test_events_of_ambiguous_and_unmatched_replays_are_marked(tmp_path):
     for e in body["traceEvents"]:
         if e.get("cat") == "kernel" and e["args"]["correlation"] == 7:
             e["name"] = "z(float*)"
-    recovery, kernels = annotate(tmp_path, body, DIFFERENT)
+    recovery, _kernels = annotate(tmp_path, body, DIFFERENT)
     assert (recovery["ambiguous_replays"], recovery["unmatched_replays"]) == (2, 1)
     assert markers(tmp_path / "out.json") == ["ambiguous replay"] * 4 + ["unmatched replay"] * 2
     totals = summary_json(tmp_path / "out.json")
@@ -329,10 +330,10 @@ def test_fully_recovered_examples_get_no_markers(example, tmp_path):
     assert b'"ambiguous replay"' not in exact and b'"unmatched replay"' not in exact
 
 
-def test_traces_with_node_ids_and_the_h200_fixtures_get_no_markers(tk, h200, tmp_path):
+def test_traces_with_node_ids_and_the_h200_fixtures_get_no_markers(h200, tmp_path):
     generated = tmp_path / "gen.json"
-    annotations = tk.write_json_annotations(tmp_path / "gen_ann.json", tk.generate(generated))
-    fixture_annotations = tk.write_json_annotations(
+    annotations = write_json_annotations(tmp_path / "gen_ann.json", generate(generated))
+    fixture_annotations = write_json_annotations(
         tmp_path / "ann.json", {8589934592: [{"name": "x", "stream": 60}], 5: ["label"]}
     )
     for trace_path, ann in [(generated, annotations)] + [(f, fixture_annotations) for f in h200]:

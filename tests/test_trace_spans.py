@@ -11,22 +11,33 @@ from pathlib import Path
 import pytest
 
 import cgfast
+from helpers import (
+    assert_clean_failure,
+    check_spans,
+    is_scope_span,
+    load_json,
+    read_text,
+    run_cli,
+    split_events,
+    split_spans,
+    write_json_annotations,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*/000000.h200.pt.trace.json.gz"))
 
 
-def annotate(tk, trace: Path, out: Path, *args) -> dict:
-    proc = tk.run_cli("annotate", trace, "-o", out, "--json", "--no-progress", *args)
+def annotate(trace: Path, out: Path, *args) -> dict:
+    proc = run_cli("annotate", trace, "-o", out, "--json", "--no-progress", *args)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
 
 @pytest.mark.parametrize("trace", EXAMPLES, ids=[t.parent.name for t in EXAMPLES])
-def test_real_traces_get_nested_module_spans(tk, trace, tmp_path):
-    report = annotate(tk, trace, tmp_path / "out.json")
-    events, spans = tk.split_spans(tk.load_json(tmp_path / "out.json")["traceEvents"])
-    tk.check_spans(events, spans)
+def test_real_traces_get_nested_module_spans(trace, tmp_path):
+    report = annotate(trace, tmp_path / "out.json")
+    events, spans = split_spans(load_json(tmp_path / "out.json")["traceEvents"])
+    check_spans(events, spans)
     assert report["spans"] == len(spans)
     modules = {
         e["args"]["module"] for e in events if isinstance(e.get("args"), dict) and "module" in e["args"]
@@ -34,9 +45,9 @@ def test_real_traces_get_nested_module_spans(tk, trace, tmp_path):
     if not modules:
         # the eager example names its scopes only: spans of "name" then
         assert spans == []
-        annotate(tk, trace, tmp_path / "out.json", "--spans", "name")
-        events, spans = tk.split_spans(tk.load_json(tmp_path / "out.json")["traceEvents"])
-        tk.check_spans(events, spans, key="name")
+        annotate(trace, tmp_path / "out.json", "--spans", "name")
+        events, spans = split_spans(load_json(tmp_path / "out.json")["traceEvents"])
+        check_spans(events, spans, key="name")
         assert {s["name"] for s in spans} == {
             e["args"]["name"]
             for e in events
@@ -52,15 +63,15 @@ def test_real_traces_get_nested_module_spans(tk, trace, tmp_path):
 
 
 @pytest.mark.parametrize("trace", EXAMPLES[:1], ids=[t.parent.name for t in EXAMPLES[:1]])
-def test_spans_none_writes_the_output_without_spans(tk, trace, tmp_path):
-    with_spans = annotate(tk, trace, tmp_path / "with.json")
-    without = annotate(tk, trace, tmp_path / "without.json", "--spans", "none")
+def test_spans_none_writes_the_output_without_spans(trace, tmp_path):
+    with_spans = annotate(trace, tmp_path / "with.json")
+    without = annotate(trace, tmp_path / "without.json", "--spans", "none")
     assert "spans" in with_spans and "spans" not in without
-    raw_with = tk.split_events(tk.read_text(tmp_path / "with.json"))
-    raw_without = tk.split_events(tk.read_text(tmp_path / "without.json"))
+    raw_with = split_events(read_text(tmp_path / "with.json"))
+    raw_without = split_events(read_text(tmp_path / "without.json"))
     assert raw_with.events[: len(raw_without.events)] == raw_without.events
-    assert all(tk.is_scope_span(json.loads(e)) for e in raw_with.events[len(raw_without.events) :])
-    assert not any(tk.is_scope_span(json.loads(e)) for e in raw_without.events)
+    assert all(is_scope_span(json.loads(e)) for e in raw_with.events[len(raw_without.events) :])
+    assert not any(is_scope_span(json.loads(e)) for e in raw_without.events)
 
 
 def kernel(ts, dur, node, tid=7, correlation=1, cat="kernel"):
@@ -76,20 +87,20 @@ def kernel(ts, dur, node, tid=7, correlation=1, cat="kernel"):
     }
 
 
-def spans_of(tk, tmp_path, events, annotations, *args, **kwargs) -> list:
+def spans_of(tmp_path, events, annotations, *args, **kwargs) -> list:
     trace = tmp_path / "t.json"
     trace.write_text(json.dumps({"traceEvents": events}))
-    ann = tk.write_json_annotations(tmp_path / "a.json", annotations)
+    ann = write_json_annotations(tmp_path / "a.json", annotations)
     out = tmp_path / "o.json"
     if kwargs.get("python"):
         report = cgfast.annotate_file(trace, annotations=ann, output=out, **kwargs["python"])
     else:
-        report = annotate(tk, trace, out, "-a", ann, *args)
-    written, spans = tk.split_spans(tk.load_json(out)["traceEvents"])
+        report = annotate(trace, out, "-a", ann, *args)
+    written, spans = split_spans(load_json(out)["traceEvents"])
     return written, spans, report
 
 
-def test_runs_of_another_key_nest_break_and_cluster(tk, tmp_path):
+def test_runs_of_another_key_nest_break_and_cluster(tmp_path):
     scope = {1: "a.b", 2: "a.b", 3: "a.c", 4: "a.c.x", 5: None, 6: "a.b", 7: "a.b.y", 8: "a.d", 9: "a.b"}
     # all on lane 60, which the overlap pass leaves alone
     annotations = {n: [{"scope": v, "stream": 60} if v else {"stream": 60}] for n, v in scope.items()}
@@ -105,7 +116,7 @@ def test_runs_of_another_key_nest_break_and_cluster(tk, tmp_path):
         kernel(80, 5, 9, correlation=2),
     ]
     written, spans, report = spans_of(
-        tk, tmp_path, events, annotations, "--spans", "scope", "--max-adjust-us", "0"
+        tmp_path, events, annotations, "--spans", "scope", "--max-adjust-us", "0"
     )
     got = [(s["name"], s["ts"], s["dur"]) for s in spans]
     assert got == [
@@ -123,12 +134,12 @@ def test_runs_of_another_key_nest_break_and_cluster(tk, tmp_path):
     assert all(
         s["tid"] == 60 and s["pid"] == 0 and s["args"] == {"cgfast": "scope", "key": "scope"} for s in spans
     )
-    tk.check_spans(written, spans, key="scope")
+    check_spans(written, spans, key="scope")
     # no annotation has a module: no spans by default
-    assert spans_of(tk, tmp_path, events, annotations)[1] == []
+    assert spans_of(tmp_path, events, annotations)[1] == []
 
 
-def test_spans_follow_moved_and_repaired_events(tk, tmp_path):
+def test_spans_follow_moved_and_repaired_events(tmp_path):
     # kernel 2 overlaps kernel 1 on the default lane and moves to lane 8; memcpy 3 starts
     # 0.5 us early and is repaired: spans use the final lanes and starts
     annotations = {
@@ -143,7 +154,7 @@ def test_spans_follow_moved_and_repaired_events(tk, tmp_path):
         kernel(9.5, 1.25, 3, cat="gpu_memcpy"),
         kernel(3.0, 1.0, 4),
     ]
-    written, spans, _ = spans_of(tk, tmp_path, events, annotations)
+    written, spans, _ = spans_of(tmp_path, events, annotations)
     by_lane = {}
     for s in spans:
         by_lane.setdefault(s["tid"], []).append((s["name"], s["ts"], s["dur"]))
@@ -152,68 +163,68 @@ def test_spans_follow_moved_and_repaired_events(tk, tmp_path):
         8: [("m", 5.0, 2.0), ("m.b", 5.0, 2.0)],
         60: [("m", 3.0, 1.0), ("m.c", 3.0, 1.0)],
     }
-    tk.check_spans(written, spans)
+    check_spans(written, spans)
 
 
-def test_annotate_file_takes_spans(tk, tmp_path):
+def test_annotate_file_takes_spans(tmp_path):
     annotations = {1: [{"module": "m.a"}], 2: [{"component": "x.y"}]}
     events = [kernel(0, 1, 1), kernel(2, 1, 2)]
-    _, spans, report = spans_of(tk, tmp_path, events, annotations, python={})
+    _, spans, report = spans_of(tmp_path, events, annotations, python={})
     assert [s["name"] for s in spans] == ["m", "m.a"] and report["spans"] == 2
-    _, spans, report = spans_of(tk, tmp_path, events, annotations, python={"spans": "component"})
+    _, spans, report = spans_of(tmp_path, events, annotations, python={"spans": "component"})
     assert [s["name"] for s in spans] == ["x", "x.y"]
-    _, spans, report = spans_of(tk, tmp_path, events, annotations, python={"spans": None})
+    _, spans, report = spans_of(tmp_path, events, annotations, python={"spans": None})
     assert spans == [] and "spans" not in report
 
 
-def test_many_traces_get_spans(tk, tmp_path):
+def test_many_traces_get_spans(tmp_path):
     for i, trace in enumerate(EXAMPLES):
         d = tmp_path / f"run{i}"
         d.mkdir()
         (d / trace.name).write_bytes(trace.read_bytes())
         for a in trace.parent.glob("kernel_annotations_*.json"):
             (d / a.name).write_bytes(a.read_bytes())
-    proc = tk.run_cli("annotate", tmp_path, "--no-progress")
+    proc = run_cli("annotate", tmp_path, "--no-progress")
     assert proc.returncode == 0, proc.stderr
     outputs = sorted(tmp_path.glob("run*/*.annotated.json.gz"))
     assert len(outputs) == len(EXAMPLES)
     with_spans = 0
     for out in outputs:
-        events, spans = tk.split_spans(tk.load_json(out)["traceEvents"])
-        tk.check_spans(events, spans)
+        events, spans = split_spans(load_json(out)["traceEvents"])
+        check_spans(events, spans)
         with_spans += bool(spans)
     assert with_spans == 2, "the compiled examples' modules have spans"
 
 
-def test_an_empty_key_is_refused(tk, tmp_path):
+def test_an_empty_key_is_refused(tmp_path):
     trace = EXAMPLES[0]
-    proc = tk.run_cli("annotate", trace, "-o", tmp_path / "o.json", "--spans", "")
-    tk.assert_clean_failure(proc, "--spans")
+    proc = run_cli("annotate", trace, "-o", tmp_path / "o.json", "--spans", "")
+    assert_clean_failure(proc, "--spans")
     assert not (tmp_path / "o.json").exists()
     with pytest.raises(ValueError):
         cgfast.annotate_file(trace, output=tmp_path / "o.json", spans="")
 
 
 @pytest.mark.parametrize("trace", EXAMPLES, ids=[t.parent.name for t in EXAMPLES])
-def test_annotating_an_output_again_changes_nothing(tk, trace, tmp_path):
+def test_annotating_an_output_again_changes_nothing(trace, tmp_path):
     annotations = next(trace.parent.glob("kernel_annotations_*.json"))
     first = tmp_path / "first.json"
-    annotate(tk, trace, first, "-a", annotations)
+    annotate(trace, first, "-a", annotations)
     # cgfast's own spans make way for the new run's: not doubled, every event the same
     # text (only the white space before the first span may differ)
-    again = annotate(tk, first, tmp_path / "again.json", "-a", annotations)
+    again = annotate(first, tmp_path / "again.json", "-a", annotations)
     raw_first, raw_again = (
-        tk.split_events(tk.read_text(first)),
-        tk.split_events(tk.read_text(tmp_path / "again.json")),
+        split_events(read_text(first)),
+        split_events(read_text(tmp_path / "again.json")),
     )
     assert raw_again.events == raw_first.events
-    assert tk.load_json(tmp_path / "again.json") == tk.load_json(first)
+    assert load_json(tmp_path / "again.json") == load_json(first)
     assert again["noise_removed"] == 0
     # without spans, the earlier ones stay as they are
-    annotate(tk, first, tmp_path / "kept.json", "-a", annotations, "--spans", "none")
+    annotate(first, tmp_path / "kept.json", "-a", annotations, "--spans", "none")
     assert (tmp_path / "kept.json").read_bytes() == first.read_bytes()
     # spans of another key replace them
-    annotate(tk, first, tmp_path / "names.json", "-a", annotations, "--spans", "name")
-    events, spans = tk.split_spans(tk.load_json(tmp_path / "names.json")["traceEvents"])
+    annotate(first, tmp_path / "names.json", "-a", annotations, "--spans", "name")
+    events, spans = split_spans(load_json(tmp_path / "names.json")["traceEvents"])
     assert all(s["args"]["key"] == "name" for s in spans)
-    assert not any(tk.is_scope_span(e) for e in events)
+    assert not any(is_scope_span(e) for e in events)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import cgfast
+from helpers import load_json, split_spans, write_json_annotations
 
 GRAPH = 6
 
@@ -58,7 +59,7 @@ def cuspy_trace(path, replays=2, nodes=4):
     return events
 
 
-def test_annotate_joins_graph_id_and_local_node_id(tk, tmp_path):
+def test_annotate_joins_graph_id_and_local_node_id(tmp_path):
     trace = tmp_path / "t.json"
     cuspy_trace(trace)
     assert all(
@@ -69,11 +70,11 @@ def test_annotate_joins_graph_id_and_local_node_id(tk, tmp_path):
     annotations = {
         GRAPH << 32 | local: [{"name": f"op{local}", "module": f"m.l{local // 2}"}] for local in range(4)
     }
-    ann = tk.write_json_annotations(tmp_path / "a.json", annotations)
+    ann = write_json_annotations(tmp_path / "a.json", annotations)
     report = cgfast.annotate_file(trace, annotations=ann, output=tmp_path / "o.json")
     assert report["annotated"] == 8, "every kernel of both replays, local id 0 included"
     assert report["recovery"]["replays"] == 0, "ids are present: nothing to recover"
-    events, spans = tk.split_spans(tk.load_json(tmp_path / "o.json")["traceEvents"])
+    events, spans = split_spans(load_json(tmp_path / "o.json")["traceEvents"])
     kernels = [e for e in events if e.get("cat") == "kernel"]
     for e in kernels[:-1]:
         local = e["args"]["graph node id"]
@@ -90,7 +91,7 @@ def test_annotate_joins_graph_id_and_local_node_id(tk, tmp_path):
     ]
 
 
-def test_summary_counts_local_node_zero_as_graphed(tk, tmp_path):
+def test_summary_counts_local_node_zero_as_graphed(tmp_path):
     trace = tmp_path / "t.annotated.json"
     events = cuspy_trace(trace)
     for e in events:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-import gen_trace  # noqa: E402
+import gen_trace
 
 
 def kernel(

@@ -78,7 +78,7 @@ def _installed() -> Path | None:
     spec = importlib.util.find_spec("torch")
     if spec is None or not spec.submodule_search_locations:
         return None
-    path = Path(list(spec.submodule_search_locations)[0]) / "cuda" / "_annotate_cuda_graph_trace.py"
+    path = Path(next(iter(spec.submodule_search_locations))) / "cuda" / "_annotate_cuda_graph_trace.py"
     if path.exists() and MARKER in path.read_text():
         return path
     return None

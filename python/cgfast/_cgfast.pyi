@@ -11,17 +11,17 @@ _Path = str | os.PathLike[str]
 _Annotations = Mapping[int, Iterable[Mapping[str, Any] | str]]
 
 __all__ = [
-    "__version__",
     "TraceError",
-    "annotate_trace",
-    "move_overlapping_to_stream",
-    "fix_overlapping_timestamps",
+    "__version__",
     "annotate_file",
+    "annotate_trace",
+    "find_traces",
+    "fix_overlapping_timestamps",
+    "move_overlapping_to_stream",
     "read_annotations",
-    "write_annotations",
     "run_cli",
     "summary_report",
-    "find_traces",
+    "write_annotations",
 ]
 
 __version__: str

@@ -15,7 +15,7 @@ Annotations = Mapping[int, list]
 
 
 def save_annotations(
-    path: "str | os.PathLike[str]",
+    path: str | os.PathLike[str],
     annotations: Annotations,
     *,
     graphs: Optional[Mapping[int, list]] = None,
@@ -32,16 +32,16 @@ def save_annotations(
         _cgfast.write_annotations(os.fspath(path), annotations, graphs)
 
 
-def load_annotations(path: "str | os.PathLike[str]") -> dict[int, list]:
+def load_annotations(path: str | os.PathLike[str]) -> dict[int, list]:
     """Read node id -> annotations from a cgfast JSON file or a PyTorch pickle."""
     return _cgfast.read_annotations(os.fspath(path))[0]
 
 
-def load_stacks(path: "str | os.PathLike[str]") -> dict[int, list[str]]:
+def load_stacks(path: str | os.PathLike[str]) -> dict[int, list[str]]:
     """Read the launch stacks (node id -> frames, innermost first) of an annotation file."""
     return _cgfast.read_annotations(os.fspath(path))[2]
 
 
-def load_graphs(path: "str | os.PathLike[str]") -> dict[int, list[dict[str, Any]]]:
+def load_graphs(path: str | os.PathLike[str]) -> dict[int, list[dict[str, Any]]]:
     """Read the recorded graph topology (exec graph id -> nodes) of an annotation file."""
     return _cgfast.read_annotations(os.fspath(path))[1]

@@ -20,7 +20,9 @@ from __future__ import annotations
 import os
 import socket
 import time
-from typing import Any, Optional
+from typing import Any, Literal, Optional
+
+Lanes = Literal["all", "none", "reference"]
 
 
 def distributed_rank() -> int:
@@ -46,12 +48,12 @@ class TraceHandler:
 
     def __init__(
         self,
-        dir_name: "str | os.PathLike[str]",
+        dir_name: str | os.PathLike[str],
         worker_name: Optional[str] = None,
         use_gzip: bool = True,
         *,
         spans: Optional[str] = "module",
-        lanes: str = "all",
+        lanes: Lanes = "all",
     ) -> None:
         dir_name = os.fspath(dir_name)
         if not dir_name:
@@ -85,12 +87,12 @@ class TraceHandler:
 
 
 def trace_handler(
-    dir_name: "str | os.PathLike[str]",
+    dir_name: str | os.PathLike[str],
     worker_name: Optional[str] = None,
     use_gzip: bool = True,
     *,
     spans: Optional[str] = "module",
-    lanes: str = "all",
+    lanes: Lanes = "all",
 ) -> TraceHandler:
     """An ``on_trace_ready`` callable writing trace, annotations and annotated trace
     into ``dir_name``; ``spans`` is the annotation key whose scopes get spans (None: none),

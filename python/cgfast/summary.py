@@ -70,7 +70,7 @@ def summarize(
     depth: Optional[int] = None,
     group_layers: bool = False,
     hierarchy: Optional[bool] = None,
-) -> Union[List[Dict[str, Any]], "Any"]:
+) -> Union[List[Dict[str, Any]], Any]:
     """Rows of the summary of ``paths`` grouped by ``args[by]``, largest share first.
 
     Without ``steps``, a row per value: ``value`` (None for graphed kernels without the
@@ -104,7 +104,7 @@ def summarize(
     return pandas.DataFrame(rows) if frame else rows
 
 
-def summarize_frame(paths: Paths, by: str = "name", steps: bool = False, **options: Any) -> "Any":
+def summarize_frame(paths: Paths, by: str = "name", steps: bool = False, **options: Any) -> Any:
     """:func:`summarize` as a pandas DataFrame."""
     return summarize(paths, by, steps, frame=True, **options)
 

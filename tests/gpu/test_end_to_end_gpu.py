@@ -29,7 +29,6 @@ pytest.importorskip("cuda.bindings.runtime")
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-import cgfast  # noqa: E402
 from cgfast import capture  # noqa: E402
 from cgfast.profiler import trace_handler  # noqa: E402
 from test_capture_gpu import Truth  # noqa: E402
@@ -126,8 +125,10 @@ class GroundTruth:
 KINDS: dict = {}
 
 
-@pytest.fixture(scope="module")
-def truth():
+# The fixtures are named apart from their functions so that test_replay_stamps_gpu can
+# import them without its test arguments shadowing the imports.
+@pytest.fixture(scope="module", name="truth")
+def truth_fixture():
     import cuda.bindings.driver as drv
 
     t = drv.CUgraphNodeType
@@ -141,8 +142,8 @@ def truth():
     return Truth()
 
 
-@pytest.fixture(autouse=True)
-def clean_registry():
+@pytest.fixture(autouse=True, name="clean_registry")
+def clean_registry_fixture():
     capture.clear_kernel_annotations()
     yield
     capture.clear_kernel_annotations()
@@ -330,13 +331,14 @@ class SmallTransformer(nn.Module):
         return self.head(x)
 
 
-@pytest.fixture
-def inductor_truth(truth, monkeypatch):
+@pytest.fixture(name="inductor_truth")
+def inductor_truth_fixture(truth, monkeypatch):
     """Ground truth for compiled code: every launch bracket of the generated code is
     also snapshotted, and every instantiation's exec id is read from CUPTI."""
-    import cgfast.inductor  # noqa: F401
     from torch._inductor import config
     from torch._inductor.utils import fresh_cache
+
+    import cgfast.inductor  # noqa: F401
 
     gt = GroundTruth(truth)
     real_mark_kernels = capture.mark_kernels

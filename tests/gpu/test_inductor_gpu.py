@@ -16,14 +16,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import cgfast.inductor  # noqa: E402,F401
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 from torch._inductor import config  # noqa: E402
-from torch._inductor.utils import fresh_cache, run_and_get_code  # noqa: E402
+from torch._inductor.utils import run_and_get_code  # noqa: E402
 
+import cgfast.inductor  # noqa: E402,F401
 from cgfast import capture  # noqa: E402
-from cgfast.inductor import TOGGLE_KEY  # noqa: E402
 
 DIM, HEADS, SEQ = 64, 2, 16
 LINEARS = {"wq", "wk", "wv", "wo", "fc1", "fc2", "head"}
@@ -79,20 +78,7 @@ class TinyTransformer(nn.Module):
         return self.head(self.norm(x))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def isolated_inductor_cache():
-    with fresh_cache():
-        yield
-
-
-@pytest.fixture(autouse=True)
-def annotations_on():
-    torch._dynamo.reset()
-    capture.clear_kernel_annotations()
-    with config.patch({TOGGLE_KEY: True}):
-        yield
-    torch._dynamo.reset()
-    capture.clear_kernel_annotations()
+pytestmark = pytest.mark.usefixtures("isolated_inductor_cache", "inductor_annotations_on")
 
 
 @pytest.fixture

@@ -23,13 +23,11 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-import cgfast.inductor  # noqa: E402,F401
 from torch import nn  # noqa: E402
-from torch._inductor import config  # noqa: E402
-from torch._inductor.utils import fresh_cache, run_and_get_code  # noqa: E402
+from torch._inductor.utils import run_and_get_code  # noqa: E402
 
+import cgfast.inductor  # noqa: E402,F401
 from cgfast import capture  # noqa: E402
-from cgfast.inductor import TOGGLE_KEY  # noqa: E402
 from cgfast.profiler import trace_handler  # noqa: E402
 from test_inductor_gpu import GEMM_NAME, generated_brackets, kernel_kind  # noqa: E402
 
@@ -37,20 +35,7 @@ VOCAB, SEQ = 512, 32
 ROOT_SHARE_LIMIT = 0.10
 
 
-@pytest.fixture(scope="module", autouse=True)
-def isolated_inductor_cache():
-    with fresh_cache():
-        yield
-
-
-@pytest.fixture(autouse=True)
-def annotations_on():
-    torch._dynamo.reset()
-    capture.clear_kernel_annotations()
-    with config.patch({TOGGLE_KEY: True}):
-        yield
-    torch._dynamo.reset()
-    capture.clear_kernel_annotations()
+pytestmark = pytest.mark.usefixtures("isolated_inductor_cache", "inductor_annotations_on")
 
 
 def llama():
@@ -209,7 +194,7 @@ def test_llama_training_step(tmp_path):
         compiled(input_ids=ids, labels=ids).loss.backward()
         optimizer.step()
 
-    graphs, codes, figures = _run(model, step, "inductor_llama_training", tmp_path)
+    graphs, codes, _figures = _run(model, step, "inductor_llama_training", tmp_path)
     phases = {
         str({a.get("autograd_phase") for _, a in g if a}) for g in graphs.values() if any(a for _, a in g)
     }

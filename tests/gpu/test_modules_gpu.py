@@ -11,6 +11,7 @@ Set ``CGFAST_E2E_OUT`` to a directory to keep the figures (counts, capture times
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -37,13 +38,7 @@ def truth() -> Truth:
     return Truth()
 
 
-@pytest.fixture(autouse=True)
-def fresh_registry():
-    capture.disable_annotations()
-    capture.clear_kernel_annotations()
-    yield
-    capture.disable_annotations()
-    capture.clear_kernel_annotations()
+pytestmark = pytest.mark.usefixtures("fresh_registry")
 
 
 def write_figures():
@@ -120,6 +115,22 @@ def spy_capture_end(monkeypatch, truth: Truth, before_end) -> list:
     monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_end", capture_end_spy)
 
 
+def capture_with_snapshot(monkeypatch, truth: Truth, model, x, scopes) -> tuple:
+    """Capture ``model(x)`` (no grad) into a new graph inside the context managers
+    ``scopes()`` makes once capture_end is spied on; returns the graph and the snapshot
+    (:func:`snapshot_nodes`) of its capture graph taken just before the capture ended."""
+    g = torch.cuda.CUDAGraph()
+    snapshots = []
+    with monkeypatch.context() as patch:
+        spy_capture_end(patch, truth, lambda _g, graph: snapshots.append(snapshot_nodes(truth, graph)))
+        with contextlib.ExitStack() as stack:
+            for scope in scopes():
+                stack.enter_context(scope)
+            with torch.no_grad(), torch.cuda.graph(g):
+                model(x)
+    return g, snapshots[0]
+
+
 def recorded(keys) -> dict:
     registry = capture.get_kernel_annotations()
     return {key: (registry[key][0] if key in registry else None) for key in keys}
@@ -155,14 +166,11 @@ def test_torch_cuda_graph_every_kernel_gets_its_module(truth, name, monkeypatch)
     model = timm.create_model(name, pretrained=False).eval().cuda()
     x = torch.randn(8, 3, 224, 224, device="cuda")
     warm_up(model, x)
-    g = torch.cuda.CUDAGraph()
-    snapshots = []
-    with monkeypatch.context() as patch:
-        spy_capture_end(patch, truth, lambda _g, graph: snapshots.append(snapshot_nodes(truth, graph)))
-        with capture.annotate_modules(model), ForwardTruth(truth, model) as forward:
-            with torch.no_grad(), torch.cuda.graph(g):
-                model(x)
-    expected = expected_keys(snapshots[0], truth.exec_id(g), forward.owner)
+    forward = ForwardTruth(truth, model)
+    g, nodes = capture_with_snapshot(
+        monkeypatch, truth, model, x, lambda: [capture.annotate_modules(model), forward]
+    )
+    expected = expected_keys(nodes, truth.exec_id(g), forward.owner)
     got = recorded(expected)
     assert sum(a is not None for a in expected.values()) > 100
     wrong = {key: (got[key], want) for key, want in expected.items() if got[key] != want}
@@ -258,7 +266,7 @@ def test_make_graphed_callables_training_step(truth, monkeypatch):
             owners, extra = dict(forward.owner), None
         else:
             owners, extra = {}, {"autograd_phase": "backward"}
-            marks = back.starts + [(set(nodes), None)]
+            marks = [*back.starts, (set(nodes), None)]
             for (before, module), (after, _) in zip(marks, marks[1:]):
                 for node in after - before:
                     if module is not None:
@@ -314,18 +322,12 @@ def test_stacks_name_the_model_source_for_every_kernel(truth, monkeypatch):
     model = timm.create_model("resnet50", pretrained=False).eval().cuda()
     x = torch.randn(8, 3, 224, 224, device="cuda")
     warm_up(model, x)
-    g = torch.cuda.CUDAGraph()
-    snapshots = []
-    with monkeypatch.context() as patch:
-        spy_capture_end(patch, truth, lambda _g, graph: snapshots.append(snapshot_nodes(truth, graph)))
-        with capture.annotate_modules(model, stacks=True):
-            with torch.no_grad(), torch.cuda.graph(g):
-                model(x)
+    g, nodes = capture_with_snapshot(
+        monkeypatch, truth, model, x, lambda: [capture.annotate_modules(model, stacks=True)]
+    )
     exec_id = truth.exec_id(g)
     keys = {
-        exec_id << 32 | (node_id & MASK)
-        for node_type, node_id in snapshots[0].values()
-        if node_type in ANNOTATABLE
+        exec_id << 32 | (node_id & MASK) for node_type, node_id in nodes.values() if node_type in ANNOTATABLE
     }
     stacks = capture.get_kernel_stacks()
     sources = (os.path.dirname(timm.__file__), os.path.abspath(__file__))

@@ -34,13 +34,13 @@ transformers = pytest.importorskip("transformers")
 from cgfast import capture  # noqa: E402
 from test_end_to_end_gpu import (  # noqa: E402,F401  (fixtures)
     GroundTruth,
-    clean_registry,
-    inductor_truth,
+    clean_registry_fixture,
+    inductor_truth_fixture,
     load,
     out_dir,
     profile_replays,
     run_compiled,
-    truth,
+    truth_fixture,
     verify,
 )
 
@@ -105,7 +105,7 @@ def test_compiled_llama_called_with_several_shapes_per_step(inductor_truth, tmp_
             return [compiled(input_ids=ids, use_cache=False).logits.sum().item() for ids in inputs.values()]
 
     name = "compiled_llama_shapes"
-    annotated, figures = run_compiled(inductor_truth, tmp_path, name, step, steps=3)
+    _annotated, figures = run_compiled(inductor_truth, tmp_path, name, step, steps=3)
     directory = out_dir(tmp_path, name)
     trace = next(
         os.path.join(directory, f)

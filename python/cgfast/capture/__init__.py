@@ -111,7 +111,7 @@ def drop_graph_annotations(graph_ids: Union[int, Iterable[int]]) -> None:
 
 
 def save_annotations(
-    path: "str | os.PathLike[str]",
+    path: str | os.PathLike[str],
     annotations: Optional[Mapping[int, list]] = None,
 ) -> None:
     """Write annotations in the trace processor's format (gzip for ``.gz``), atomically.
@@ -127,7 +127,7 @@ def save_annotations(
         annotation_files.save_annotations(path, annotations)
 
 
-def load_annotations(path: "str | os.PathLike[str]") -> Dict[int, list]:
+def load_annotations(path: str | os.PathLike[str]) -> Dict[int, list]:
     """Read node id -> annotations from a cgfast JSON file (or a PyTorch pickle)."""
     from cgfast import annotations as annotation_files
 

@@ -11,8 +11,10 @@ backward pass ends (see ``_BackwardOwner``).
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict
+from typing import Any, Dict, Optional, Tuple
 
+from cgfast.capture._core import SpanStart
+from cgfast.capture._interface import Backend
 from cgfast.capture._spans import begin_span
 from cgfast.capture._state import state
 
@@ -119,7 +121,8 @@ class _BackwardOwner:
     (one thread per device), so one owner serves."""
 
     def __init__(self) -> None:
-        self.span = None  # (SpanStart, annotation)
+        # the backend that began the span, where it began, and its annotation
+        self.span: Optional[Tuple[Backend, SpanStart, Dict[str, Any]]] = None
 
     def start(self, annotation: Dict[str, Any]) -> None:
         first = self.span is None
@@ -131,12 +134,12 @@ class _BackwardOwner:
             return
         try:
             start = begin_span(backend)
-        except Exception:
+        except Exception:  # annotation must never break the capture
             state.recorder.report_failure("reading the capture graph at a backward node")
             return
         if start is None:
             return
-        self.span = (start, annotation)
+        self.span = (backend, start, annotation)
         if first:
             import torch
 
@@ -146,8 +149,8 @@ class _BackwardOwner:
         span, self.span = self.span, None
         if span is not None:
             try:
-                state.recorder.end_span(state.backend(), span[0], span[1])
-            except Exception:
+                state.recorder.end_span(*span)
+            except Exception:  # annotation must never break the capture
                 state.recorder.report_failure("reading the capture graph after a backward node")
 
 

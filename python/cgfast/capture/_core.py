@@ -334,6 +334,7 @@ class Recorder:
                 self._topology.pop(graph_id, None)
             still_pending = []
             for annotation, nodes in self._pending:
+                kept: Span | List[int] | None
                 if type(nodes) is Span:
                     kept = nodes if nodes.graph_id not in ids else None
                 else:

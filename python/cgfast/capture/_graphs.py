@@ -12,8 +12,9 @@ remapping one graph never touches another's keys.
 from __future__ import annotations
 
 import functools
-from typing import Any, Optional
+from typing import Any, List, Literal, Optional
 
+from cgfast.capture._core import Recorder
 from cgfast.capture._interface import Backend
 from cgfast.capture._state import state
 
@@ -21,14 +22,13 @@ _KEYS_ATTR = "_cgfast_keys"
 _COUNTED_ATTR = "_cgfast_counted"
 _ORIGINALS_ATTR = "_cgfast_original_methods"
 _HOOKED_METHODS = ("capture_begin", "capture_end", "instantiate", "replay")
-_NEVER_CAPTURED = object()
 _INHERITED = object()
 
 
 class GraphKeys:
     """The capture graph's id, and the graph id its annotations are keyed by now."""
 
-    __slots__ = ("capture_id", "key_id", "capture_graph")
+    __slots__ = ("capture_graph", "capture_id", "key_id")
 
     def __init__(self, capture_id: int, capture_graph: Optional[int]) -> None:
         self.capture_id = capture_id
@@ -42,19 +42,24 @@ def _current_capture(when: str) -> Optional[GraphKeys]:
     backend or a capture (a failed driver query is reported, naming ``when``)."""
     try:
         backend = state.backend()
-        stream = backend.streams.capturing_stream() if backend is not None else None
-        capture = backend.graphs.capture_state(stream) if stream is not None else None
+        if backend is None:
+            return None
+        stream = backend.streams.capturing_stream()
+        if stream is None:
+            return None
+        capture = backend.graphs.capture_state(stream)
         if capture is None:
             return None
         return GraphKeys(backend.ids.graph_id(capture.graph), capture.graph)
-    except Exception:
+    except Exception:  # annotation must never break the capture
         state.recorder.report_failure(f"reading the capture graph at {when}")
         return None
 
 
 def _record_capture(cuda_graph: Any, keys: GraphKeys) -> None:
     setattr(cuda_graph, _KEYS_ATTR, keys)
-    state.recorder.capture_started(keys.capture_graph)
+    if keys.capture_graph is not None:  # always, for keys of a capture under way
+        state.recorder.capture_started(keys.capture_graph)
 
 
 def on_capture_begin(cuda_graph: Any) -> None:
@@ -84,7 +89,7 @@ def on_capture_end(cuda_graph: Any) -> None:
         return
     try:
         _finish_capture(state.backend(), keys)
-    except Exception:
+    except Exception:  # annotation must never break the capture
         state.recorder.report_failure("resolving scopes at capture end")
 
 
@@ -101,35 +106,44 @@ def on_instantiated(cuda_graph: Any) -> None:
         return
     try:
         _remap(state.backend(), cuda_graph, keys)
-    except Exception:
+    except Exception:  # annotation must never break the capture
         state.recorder.report_failure("remapping annotations to the executable graph")
 
 
-def _finish_capture(backend: Backend, keys: GraphKeys) -> None:
+def _finish_capture(backend: Optional[Backend], keys: GraphKeys) -> None:
     graph = keys.capture_graph
     if graph is None:
         return
     keys.capture_graph = None
     recorder = state.recorder
     recorder.capture_ended(graph)
-    try:
-        # Also tells which local ids are kernels, memcpys and memsets: what spans need.
-        recorder.record_topology(backend, graph, keys.capture_id)
-    except Exception:
-        recorder.report_failure("recording the topology of a captured graph")
-        recorder.forget_annotatable_nodes(keys.capture_id)
-        try:
-            recorder.note_annotatable_nodes(backend, graph, keys.capture_id)
-        except Exception:
-            recorder.report_failure("reading the nodes of a captured graph")
-            recorder.set_annotatable(keys.capture_id, [], 0)  # its spans resolve to nothing
+    if backend is None:  # taken away since the capture began (use_backend(None))
+        recorder.set_annotatable(keys.capture_id, [], 0)  # its spans resolve to nothing
+    else:
+        _read_captured_nodes(recorder, backend, graph, keys.capture_id)
     recorder.resolve()
     recorder.forget_annotatable_nodes(keys.capture_id)
 
 
-def _remap(backend: Backend, cuda_graph: Any, keys: GraphKeys) -> None:
+def _read_captured_nodes(recorder: Recorder, backend: Backend, graph: int, capture_id: int) -> None:
+    try:
+        # Also tells which local ids are kernels, memcpys and memsets: what spans need.
+        recorder.record_topology(backend, graph, capture_id)
+    except Exception:  # annotation must never break the capture
+        recorder.report_failure("recording the topology of a captured graph")
+        recorder.forget_annotatable_nodes(capture_id)
+        try:
+            recorder.note_annotatable_nodes(backend, graph, capture_id)
+        except Exception:  # annotation must never break the capture
+            recorder.report_failure("reading the nodes of a captured graph")
+            recorder.set_annotatable(capture_id, [], 0)  # its spans resolve to nothing
+
+
+def _remap(backend: Optional[Backend], cuda_graph: Any, keys: GraphKeys) -> None:
     _finish_capture(backend, keys)  # when capture_end was bypassed (capture_end_pre/post)
     state.recorder.resolve()
+    if backend is None:  # taken away since the capture: no id for the executable graph
+        return
     exec_id = backend.ids.exec_id(cuda_graph.raw_cuda_graph_exec())
     if exec_id != keys.key_id:
         state.recorder.rekey(keys.key_id, exec_id)
@@ -165,8 +179,10 @@ def remap_to_exec_graph(cuda_graph: Any) -> None:
     backend = state.backend()
     if backend is None:
         return
-    keys = getattr(cuda_graph, _KEYS_ATTR, _NEVER_CAPTURED)
-    if keys is _NEVER_CAPTURED:
+    keys: Optional[GraphKeys]
+    if hasattr(cuda_graph, _KEYS_ATTR):
+        keys = getattr(cuda_graph, _KEYS_ATTR)
+    else:  # never captured while install()'s patches were on
         raw = _raw_graph(cuda_graph)
         if raw is None:
             raise RuntimeError(
@@ -307,7 +323,7 @@ def _notice_a_capture_begun_earlier() -> None:
     backend = state.backend()
     try:
         capturing = backend is not None and backend.streams.capturing_stream() is not None
-    except Exception:
+    except Exception:  # annotation must never break the capture
         state.recorder.report_failure("asking whether the current stream captures")
         return
     state.uncounted_capture = capturing
@@ -371,14 +387,14 @@ class recording:
     recorded, resolved at capture end and remapped after instantiation. Nothing recorded
     earlier is cleared; warm-up runs outside a capture record nothing."""
 
-    __slots__ = ("_previous", "_stacks", "_stack_filter_paths")
+    __slots__ = ("_previous", "_stack_filter_paths", "_stacks")
 
     def __init__(self, *, stacks: bool = False, stack_filter_paths=None) -> None:
-        self._previous = []
+        self._previous: List[bool] = []
         self._stacks = stacks  # also record each node's launch frames (see annotate_modules)
         self._stack_filter_paths = stack_filter_paths
 
-    def __enter__(self) -> "recording":
+    def __enter__(self) -> recording:
         self._previous.append(state.enabled)
         state.enabled = True
         state.backend()  # choose the id source now, before any capture is under way
@@ -389,7 +405,7 @@ class recording:
             _stacks.request(self, self._stack_filter_paths)
         return self
 
-    def __exit__(self, exc_type, exc, traceback) -> bool:
+    def __exit__(self, exc_type, exc, traceback) -> Literal[False]:
         state.enabled = self._previous.pop()
         if self._stacks:
             from cgfast.capture import _stacks

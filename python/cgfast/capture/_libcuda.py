@@ -12,7 +12,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from contextlib import contextmanager
-from typing import Iterator, List, NamedTuple, Optional
+from typing import Iterator, List, NamedTuple, Optional, cast
 
 from cgfast.capture._interface import CaptureState, KernelLaunch
 
@@ -25,6 +25,15 @@ _EDGE_DATA_SIZE = 8  # sizeof(CUgraphEdgeData)
 _SMALL_LIST = 8  # most nodes have at most this many edges
 _SmallNodes = ctypes.c_void_p * _SMALL_LIST
 _SmallEdges = ctypes.c_uint8 * (_EDGE_DATA_SIZE * _SMALL_LIST)
+
+
+# ctypes reads a NULL void* as None; the driver fills these only on success, never with NULL.
+def _handle(pointer: ctypes.c_void_p) -> int:
+    return cast(int, pointer.value)
+
+
+def _handles(buffer, count: int) -> List[int]:
+    return cast(List[int], buffer[:count])
 
 
 class CudaError(RuntimeError):
@@ -157,7 +166,7 @@ class LibcudaGraphs:
         return space
 
     @classmethod
-    def load(cls) -> "LibcudaGraphs":
+    def load(cls) -> LibcudaGraphs:
         return cls(ctypes.CDLL("libcuda.so.1"))
 
     def _optional(self, name: str, argtypes: list):
@@ -206,7 +215,7 @@ class LibcudaGraphs:
         self._check(self._capture_info_name, code)
         if status.value != CAPTURE_STATUS_ACTIVE:
             return None
-        return CaptureState(graph.value, [deps[i] for i in range(count.value)])
+        return CaptureState(_handle(graph), [deps[i] for i in range(count.value)])
 
     def capture_graph(self, stream: int) -> Optional[int]:
         """The graph ``stream`` captures into, without reading its frontier."""
@@ -295,7 +304,7 @@ class LibcudaGraphs:
             buffer = (_c_void_p * capacity)()
             self._check(call, fn(graph, buffer, ctypes.byref(count)))
             if count.value <= capacity:
-                return buffer[: count.value]
+                return _handles(buffer, count.value)
         return []
 
     def _node_list(self, call: str, fn, with_edges: bool, node: int) -> List[int]:
@@ -308,7 +317,7 @@ class LibcudaGraphs:
         if code:
             self._check(call, code)
         if count.value < _SMALL_LIST:
-            return buffer[: count.value]
+            return _handles(buffer, count.value)
         capacity = _SMALL_LIST * 4
         while True:
             buffer = (_c_void_p * capacity)()
@@ -320,7 +329,7 @@ class LibcudaGraphs:
                 code = fn(node, buffer, ctypes.byref(count))
             self._check(call, code)
             if count.value < capacity:
-                return buffer[: count.value]
+                return _handles(buffer, count.value)
             capacity *= 4
 
     # -- a graph to try the id sources on -------------------------------------------
@@ -352,7 +361,7 @@ class LibcudaGraphs:
                             ctypes.byref(graph_exec), graph, ctypes.c_ulonglong(0)
                         ),
                     )
-                yield ProbeGraph(graph.value, node.value, graph_exec.value if instantiate else None)
+                yield ProbeGraph(_handle(graph), _handle(node), graph_exec.value if instantiate else None)
             finally:
                 if graph_exec.value:
                     lib.cuGraphExecDestroy(graph_exec)

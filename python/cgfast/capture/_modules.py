@@ -11,7 +11,7 @@ module's forward made is claimed for it in its forward hook (``_backward``).
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple
 
 from cgfast.capture import _stacks
 from cgfast.capture._backward import BACKWARD_PHASE, claim_backward
@@ -19,7 +19,7 @@ from cgfast.capture._spans import begin_span
 from cgfast.capture._state import state
 
 # module -> (its handle, forward annotation, backward annotation or None)
-_registry: Dict[Any, Tuple["ModuleAnnotations", Dict[str, Any], Optional[Dict[str, Any]]]] = {}
+_registry: Dict[Any, Tuple[ModuleAnnotations, Dict[str, Any], Optional[Dict[str, Any]]]] = {}
 _registry_lock = threading.RLock()
 _hooks: List[Any] = []
 _enabled_before = [False]  # whether annotations were on when the first active handle came
@@ -52,7 +52,7 @@ def _forward_pre_hook(module, args):
         return None
     try:
         start = begin_span(backend)
-    except Exception:
+    except Exception:  # annotation must never break the capture
         state.recorder.report_failure("reading the capture graph at a module's forward")
         return None
     if start is None:
@@ -91,7 +91,7 @@ def _forward_hook(module, args, output):
     recorder = state.recorder
     try:
         end = backend.graphs.node_count(graph)
-    except Exception:
+    except Exception:  # annotation must never break the capture
         recorder.report_failure("reading the capture graph at a module's forward end")
     else:
         recorder.add_span(graph_id, first, end, annotation)
@@ -221,10 +221,10 @@ class ModuleAnnotations:
         if last and not _enabled_before[0]:
             state.enabled = False
 
-    def __enter__(self) -> "ModuleAnnotations":
+    def __enter__(self) -> ModuleAnnotations:
         return self
 
-    def __exit__(self, exc_type, exc, traceback) -> bool:
+    def __exit__(self, exc_type, exc, traceback) -> Literal[False]:
         self.remove()
         return False
 

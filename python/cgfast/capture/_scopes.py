@@ -8,9 +8,11 @@ must cost next to nothing.
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, Hashable, Union
+from typing import Any, ContextManager, Dict, Hashable, Literal, Optional, Union
 
+from cgfast.capture._core import ScopeStart
 from cgfast.capture._graphs import install
+from cgfast.capture._interface import Backend
 from cgfast.capture._state import state
 
 AnnotationLike = Union[str, Dict[str, Any]]
@@ -37,17 +39,18 @@ class mark_kernels:
     scope wins on common keys.
     """
 
-    __slots__ = ("_annotation", "_start", "_backend", "_backward")
+    __slots__ = ("_annotation", "_backend", "_backward", "_start")
 
     def __init__(self, annotation: AnnotationLike, *, backward: bool = False) -> None:
         self._annotation = _as_annotation(annotation)
-        self._start = None
-        self._backend = None
+        self._start: Optional[ScopeStart] = None
+        self._backend: Optional[Backend] = None
         # backward=True: also the backward of autograd nodes made inside (torch >= 2.14),
-        # with "autograd_phase": "backward"; while open, True means "entered"
-        self._backward = backward
+        # with "autograd_phase": "backward"; while open, True means "entered" and None
+        # "entered on a torch without node creation hooks"
+        self._backward: Optional[bool] = backward
 
-    def __enter__(self) -> "mark_kernels":
+    def __enter__(self) -> mark_kernels:
         if not state.enabled or state.no_capture_in_progress():
             return self
         backend = state.backend()
@@ -60,7 +63,7 @@ class mark_kernels:
             return self
         try:
             self._start = state.recorder.begin_scope(backend, stream)
-        except Exception:
+        except Exception:  # annotation must never break the capture
             state.recorder.report_failure("reading the capture state at mark_kernels entry")
             return self
         if self._start is not None:
@@ -73,11 +76,11 @@ class mark_kernels:
                 self._backward = enter_backward_scope(self._annotation) or None
         return self
 
-    def __exit__(self, exc_type, exc, traceback) -> bool:
-        start = self._start
-        if start is None:
+    def __exit__(self, exc_type, exc, traceback) -> Literal[False]:
+        start, backend = self._start, self._backend
+        if start is None or backend is None:  # both are set together
             return False
-        backend, self._start, self._backend = self._backend, None, None
+        self._start, self._backend = None, None
         if self._backward is None:
             self._backward = True  # entered on a torch without node creation hooks
         elif self._backward:
@@ -88,7 +91,7 @@ class mark_kernels:
             return False  # the capture is failing; what it added is not worth keying
         try:
             state.recorder.end_scope(backend, start, self._annotation)
-        except Exception:
+        except Exception:  # annotation must never break the capture
             state.recorder.report_failure("walking the nodes a mark_kernels scope added")
         return False
 
@@ -103,44 +106,44 @@ class mark_stream:
     first work forks from (``stream.wait_stream(current)`` before or inside the scope).
     """
 
-    __slots__ = ("_stream", "_annotation", "_scope", "_switch")
+    __slots__ = ("_annotation", "_scope", "_stream", "_switch")
 
     def __init__(self, stream: Any, annotation: AnnotationLike) -> None:
         self._stream = stream
         self._annotation = _as_annotation(annotation)
-        self._scope = None
-        self._switch = None
+        self._scope: Optional[mark_kernels] = None
+        self._switch: Optional[ContextManager[object]] = None
 
-    def __enter__(self) -> "mark_stream":
+    def __enter__(self) -> mark_stream:
         streams = state.streams()
         backend = state.backend() if state.enabled else None
         if backend is None:
-            self._switch = streams.use(self._stream)
-            self._switch.__enter__()
+            switch = self._switch = streams.use(self._stream)
+            switch.__enter__()
             return self
         target = streams.handle(self._stream)
         if target == streams.current_stream():
-            self._scope = mark_kernels(self._annotation)
-            self._scope.__enter__()
+            scope = self._scope = mark_kernels(self._annotation)
+            scope.__enter__()
             return self
-        self._scope = mark_kernels({**self._annotation, "stream": _lane(("cuda stream", target))})
-        self._switch = streams.use(self._stream)
+        scope = self._scope = mark_kernels({**self._annotation, "stream": _lane(("cuda stream", target))})
+        switch = self._switch = streams.use(self._stream)
         if _takes_part_in_a_capture(backend, target):
             # Its work hangs off its own frontier: open the scope there.
-            self._switch.__enter__()
-            self._scope.__enter__()
+            switch.__enter__()
+            scope.__enter__()
             return self
         # It will fork from the current stream: open the scope on the current stream's
         # frontier, which the side stream's first work will depend on.
-        self._scope.__enter__()
+        scope.__enter__()
         try:
-            self._switch.__enter__()
+            switch.__enter__()
         except BaseException:
-            self._scope.__exit__(None, None, None)
+            scope.__exit__(None, None, None)
             raise
         return self
 
-    def __exit__(self, exc_type, exc, traceback) -> bool:
+    def __exit__(self, exc_type, exc, traceback) -> Literal[False]:
         switch, scope = self._switch, self._scope
         self._switch = self._scope = None
         try:
@@ -157,7 +160,7 @@ def _takes_part_in_a_capture(backend, stream: int) -> bool:
         return False  # no capture on the current stream: the scope records nothing anyway
     try:
         return backend.graphs.capture_state(stream) is not None
-    except Exception:
+    except Exception:  # annotation must never break the capture
         state.recorder.report_failure("reading a side stream's capture state")
         return False
 

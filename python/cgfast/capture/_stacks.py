@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from types import FrameType
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from cgfast.capture._core import Span
@@ -80,7 +81,7 @@ def _filter_roots(paths: Optional[Tuple[str, ...]]) -> Tuple[str, ...]:
             from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
             roots.append(default_cache_dir())
-        except Exception:
+        except Exception:  # private to Inductor and moved between versions: a filter hint only
             pass
         if os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
             roots.append(os.environ["TORCHINDUCTOR_CACHE_DIR"])
@@ -104,8 +105,8 @@ def _filter_roots(paths: Optional[Tuple[str, ...]]) -> Tuple[str, ...]:
 def user_frames(skip: int = 1) -> Tuple[str, ...]:
     """``file:line:function`` of the caller's user frames, innermost first."""
     roots, noise_of = _filter()
-    frames = []
-    frame = sys._getframe(skip)
+    frames: List[str] = []
+    frame: Optional[FrameType] = sys._getframe(skip)
     try:
         for _ in range(256):
             if frame is None or len(frames) == MAX_FRAMES:
@@ -136,13 +137,13 @@ def _make_mode_class():
 
                 try:
                     start = begin_span(backend)
-                except Exception:
+                except Exception:  # annotation must never break the capture
                     state.recorder.report_failure("reading the capture graph at an op")
             out = func(*args, **(kwargs or {}))
             if start is not None:
                 try:
                     end = backend.graphs.node_count(start.graph)
-                except Exception:
+                except Exception:  # annotation must never break the capture
                     state.recorder.report_failure("reading the capture graph after an op")
                     return out
                 if end > start.first:

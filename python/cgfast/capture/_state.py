@@ -33,10 +33,12 @@ class TorchStreams:
         return self._raw_stream(self._device())
 
     def handle(self, stream: object) -> int:
+        # any object with a cuda_stream: torch.cuda.Stream, ExternalStream, a user's own
         return stream.cuda_stream  # type: ignore[attr-defined]
 
     def use(self, stream: object):
-        return self._torch.cuda.stream(stream)
+        # StreamOps takes any stream object; torch itself rejects what is not a Stream
+        return self._torch.cuda.stream(stream)  # type: ignore[arg-type]
 
 
 class State:

@@ -40,7 +40,7 @@ def _cgfast_records(private) -> bool:
     """Whether torch cannot record (no tools ids) and cgfast can."""
     try:
         unavailable = private._is_tools_id_unavailable()
-    except Exception:
+    except Exception:  # a private torch API: where it fails, torch records as before
         return False
     return unavailable and state.backend() is not None
 
@@ -86,7 +86,7 @@ def install() -> None:
         for name, replacement in replacements.items():
             original = module.__dict__.get(name)
             if original is not None and (
-                name == "mark_kernels" and original is torch_mark_kernels or original is set_enabled
+                (name == "mark_kernels" and original is torch_mark_kernels) or original is set_enabled
             ):
                 _originals.append((module, name, original))
                 setattr(module, name, replacement)

@@ -130,7 +130,7 @@ class ModuleNames:
         local = [base for base in outermost if base.startswith("L[")]
         roots = local or list(outermost)
         if len(roots) == 1:
-            self._prefix = {roots[0]: ()}
+            self._prefix: dict[str, ModulePath] = {roots[0]: ()}
         else:
             self._prefix = {base: _reference_name(base) for base in roots}
         # Submodules compiled on their own are `OptimizedModule`s: Dynamo spells
@@ -331,7 +331,7 @@ class GraphOrigins:
         return annotation_of(nodes, str(name), self.is_backward, None, self._names)
 
 
-_by_graph: "weakref.WeakKeyDictionary[Any, GraphOrigins]" = weakref.WeakKeyDictionary()
+_by_graph: weakref.WeakKeyDictionary[Any, GraphOrigins] = weakref.WeakKeyDictionary()
 
 
 def origins_of(graph: Any) -> GraphOrigins:

@@ -44,17 +44,21 @@ def register_entries() -> None:
     from torch._inductor import config
     from torch.utils._config_module import _Config, _ConfigEntry
 
-    wanted = {
-        TOGGLE_KEY: _Config(default=False, env_name_default=ENV_VAR, value_type=bool),
+    wanted: dict[str, _Config] = {
+        # a str, as older torch versions take it (newer ones turn it into a list)
+        TOGGLE_KEY: _Config(default=False, env_name_default=ENV_VAR, value_type=bool),  # type: ignore[arg-type]
         CODEGEN_VERSION_KEY: _Config(default=codegen_digest(), value_type=str),
     }
     takes_name = "name" in inspect.signature(_ConfigEntry.__init__).parameters
+    # the config module's registry, set up at import by torch (not in its type hints)
+    entries = config._config  # type: ignore[attr-defined]
     for key, spec in wanted.items():
-        if key in config._config:
+        if key in entries:
             continue
-        entry = _ConfigEntry(spec, key) if takes_name else _ConfigEntry(spec)
+        # older torch versions take no name
+        entry = _ConfigEntry(spec, key) if takes_name else _ConfigEntry(spec)  # type: ignore[call-arg]
         setattr(entry, _OWNER_MARK, True)
-        config._config[key] = entry
+        entries[key] = entry
     _invalidate_memos(config)
 
 

@@ -19,7 +19,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import Iterator
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from torch._inductor import config
 from torch._inductor.codegen.wrapper import (
@@ -52,7 +52,8 @@ CURRENT_NODE_ENTRY_POINTS = (
 
 
 def annotations_enabled() -> bool:
-    return bool(config.triton.cudagraph_kernel_annotations)
+    # registered at runtime by cgfast.inductor._config.register_entries
+    return bool(config.triton.cudagraph_kernel_annotations)  # type: ignore[attr-defined]
 
 
 def _scheduled_operations(cpu_batch: bool) -> list[Any]:
@@ -76,13 +77,20 @@ def _scheduled_operations(cpu_batch: bool) -> list[Any]:
 
 def _current_extern() -> Any:
     """The IR node of the extern kernel the scheduler is generating."""
-    return V.graph.scheduler.current_node.node
+    current = V.graph.scheduler.current_node
+    if current is None:
+        raise RuntimeError("the scheduler is generating no node")
+    return current.node
 
 
 class _LaunchBrackets:
     """Mixin for ``PythonWrapperCodegen`` and its subgraph variant."""
 
     _bracket_open = False
+
+    if TYPE_CHECKING:  # provided by the wrapper class this is mixed into
+
+        def writeline(self, line: Any) -> None: ...
 
     @contextlib.contextmanager
     def _bracket(self, annotation: Callable[[], Annotation], fallback_name: str) -> Iterator[None]:
@@ -119,6 +127,7 @@ class _LaunchBrackets:
             return origins_of(V.graph).kernel(operations, kernel_name)
 
         with self._bracket(annotation, kernel_name):
+            # the wrapper class this is mixed into has it (mypy checks the mixin alone)
             return super().generate_kernel_call(kernel_name, *args, **kwargs)  # type: ignore[misc]
 
 
@@ -175,7 +184,11 @@ def install_scheduler_hook() -> None:
     from torch._inductor.scheduler import Scheduler
 
     if not getattr(Scheduler.codegen_extern_call, _WRAPPED_MARK, False):
-        Scheduler.codegen_extern_call = _bracketing_extern_call(Scheduler.codegen_extern_call)
+        # patched on torch's class: the scheduler calls it for extern kernels that write
+        # their launch line themselves
+        Scheduler.codegen_extern_call = _bracketing_extern_call(  # type: ignore[method-assign]
+            Scheduler.codegen_extern_call
+        )
 
 
 class AnnotatingPythonWrapperCodegen(_LaunchBrackets, PythonWrapperCodegen):
