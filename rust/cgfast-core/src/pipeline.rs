@@ -14,8 +14,9 @@ use crate::passes::lanes::{LanePasses, LanePlan};
 use crate::passes::recover::{self, Recover, Recovery};
 use crate::passes::spans;
 use crate::passes::{self, FlowLink, LargeOverlap, OddEvents};
+use crate::read::grammar::{describe, describe_io};
 use crate::read::input::is_gzip_path;
-use crate::read::scan::{self, ScanFailure, WriteKeys};
+use crate::read::scan::{self, WriteKeys};
 use crate::write::args_text::{args_writes, Writes};
 use crate::write::output::{AtomicFile, Sink};
 use crate::write::rewrite::{self, Action, Change};
@@ -68,14 +69,22 @@ impl Lanes {
 /// The key whose scopes get spans unless told otherwise.
 pub const DEFAULT_SPANS: &str = "module";
 
+/// The defaults of [`Options`], which the command line and the bindings show as theirs.
+impl Options {
+    pub const DEFAULT_STREAM: i64 = 7;
+    pub const OVERLAP_STREAM: i64 = 8;
+    pub const MAX_ADJUST_US: f64 = 1.0;
+    pub const GZIP_LEVEL: u32 = 3;
+}
+
 impl Default for Options {
     fn default() -> Self {
         Options {
-            default_stream: 7,
-            overlap_stream: 8,
-            max_adjust_us: 1.0,
+            default_stream: Options::DEFAULT_STREAM,
+            overlap_stream: Options::OVERLAP_STREAM,
+            max_adjust_us: Options::MAX_ADJUST_US,
             recover: Recover::Auto,
-            gzip_level: 3,
+            gzip_level: Options::GZIP_LEVEL,
             spans: Some(DEFAULT_SPANS.into()),
             topology_only: false,
             lanes: Lanes::All,
@@ -187,13 +196,8 @@ pub fn annotate_file(
         .map_err(|e| fail(format!("{}: cannot write: {}", output.display(), describe_io(&e))))?;
     let write_keys = WriteKeys::new(annotations.write_keys());
     let (mut index, layout) =
-        scan::scan(input, &write_keys, &mut |done, total| progress(Phase::Reading, done, total)).map_err(
-            |e| match e {
-                ScanFailure::Io(err) => fail(format!("{shown}: {}", describe_io(&err))),
-                ScanFailure::Invalid(msg, Some(at)) => fail(format!("{shown}: {msg} at byte {at}")),
-                ScanFailure::Invalid(msg, None) => fail(format!("{shown}: {msg}")),
-            },
-        )?;
+        scan::scan(input, &write_keys, &mut |done, total| progress(Phase::Reading, done, total))
+            .map_err(|e| fail(describe(input, e)))?;
 
     let timing = std::env::var_os("CGFAST_TIMING").is_some();
     let mark = |what: &str| {
@@ -396,18 +400,6 @@ fn cpu_seconds() -> f64 {
         }
     }
     f64::NAN
-}
-
-fn describe_io(e: &std::io::Error) -> String {
-    match e.kind() {
-        std::io::ErrorKind::NotFound => "no such file".into(),
-        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
-        std::io::ErrorKind::UnexpectedEof => "the gzip data is truncated".into(),
-        std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData => {
-            format!("corrupt or unreadable data ({e})")
-        }
-        _ => e.to_string(),
-    }
 }
 
 fn overlap_details(index: &TraceIndex, large: &[LargeOverlap]) -> Vec<OverlapDetail> {

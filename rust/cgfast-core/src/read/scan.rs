@@ -198,12 +198,7 @@ fn node(buf: &[u8], s: Option<Scalar>) -> Node {
         Some(Scalar::Bool(false)) => Node::Zero,
         Some(Scalar::Bool(true)) => Node::Id(1),
         Some(Scalar::Number { start, end }) => match Num::parse(&buf[start..end]) {
-            Some(n) if n.as_f64() == 0.0 => Node::Zero,
-            Some(n) => match Key::from_num(n) {
-                Some(Key::Int(i)) => Node::Id(i as crate::index::NodeId),
-                _ => Node::Other,
-            },
-            // An integer beyond 64 bits: Python compares it exactly.
+            Some(n) => Node::of_num(n),
             None => std::str::from_utf8(&buf[start..end])
                 .ok()
                 .and_then(|t| t.parse::<crate::index::NodeId>().ok())
