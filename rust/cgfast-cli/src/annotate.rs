@@ -219,13 +219,13 @@ fn print_summary(r: &Report, annotations: &Path, verbose: bool) {
     line("noise removed", thousands(r.noise_removed));
     line("moved", format!("{} overlapping kernels to their own lane", thousands(r.moved)));
     line("fixed", format!("{} timestamps", thousands(r.fixed)));
-    if r.large_overlaps > 0 {
+    if r.large_overlaps() > 0 {
         let hint = if verbose { "" } else { "; --verbose lists them" };
         line(
             "large overlaps",
             format!(
                 "{} left as they are (largest {:.3} µs{hint})",
-                thousands(r.large_overlaps),
+                thousands(r.large_overlaps()),
                 r.largest_overlap_us
             ),
         );

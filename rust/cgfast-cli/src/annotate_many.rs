@@ -167,7 +167,7 @@ impl Totals {
             noise_removed: sum(|r| r.noise_removed),
             moved: sum(|r| r.moved),
             fixed: sum(|r| r.fixed),
-            large_overlaps: sum(|r| r.large_overlaps),
+            large_overlaps: sum(|r| r.large_overlaps()),
             largest_overlap_us: done.iter().map(|a| a.report.largest_overlap_us).fold(0.0, f64::max),
             input_bytes,
             seconds,
