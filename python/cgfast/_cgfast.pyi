@@ -22,9 +22,12 @@ __all__ = [
     "run_cli",
     "summary_report",
     "find_traces",
+    "DEFAULTS",
 ]
 
 __version__: str
+# the core's defaults of the annotate options, which the signatures below show
+DEFAULTS: dict[str, int | float | str]
 
 class TraceError(ValueError):
     """A trace or annotation file cannot be processed."""
