@@ -10,7 +10,7 @@ import sys
 import pytest
 
 pytest.importorskip("cgfast")
-from cgfast import _cgfast  # noqa: E402
+from cgfast import _cgfast
 
 
 def test_signature_defaults_are_the_cores():
