@@ -206,16 +206,15 @@ pub fn annotate_file(
     give_back_freed_memory();
     timing.mark("trimmed");
     let passed = run_passes(&mut index, annotations, options, &timing)?;
-    let mut report = Report::of(input, output, annotations, &index, &layout, &passed);
     timing.mark("passes done");
-    let Passed { resolved, annotated, .. } = passed;
+    let Passed { resolved, annotated, .. } = &passed;
     let mut lane_names: Vec<String> =
-        annotated.named_lanes.iter().map(|&lane| thread_name_event(&index, &annotated, lane)).collect();
-    let mut rewriting = Rewriting::new(&index, &layout, &resolved, options.lanes);
+        annotated.named_lanes.iter().map(|&lane| thread_name_event(&index, annotated, lane)).collect();
+    let mut rewriting = Rewriting::new(&index, &layout, resolved, options.lanes);
     let mut sink = open_sink(&mut out_file, output, layout.total_len, options, annotated.annotated)?;
     let mut edit = |id: usize, original: &[u8], out: &mut Vec<u8>| rewriting.edit(id, original, out);
     // the spans are found and written out while the rewrite copies the trace
-    let (index, resolved) = (&index, &resolved);
+    let index = &index;
     let spans_json = |key: &str| {
         let value_of = |node: NodeId| {
             resolved
@@ -254,16 +253,19 @@ pub fn annotate_file(
         .and_then(|_| sink.finish())
         .map_err(|e| fail(format!("{}: {}", output.display(), describe_io(&e))))
     })?;
-    report.spans = spans_made;
     timing.mark("rewritten");
     crate::cancel::check().map_err(|e| fail(format!("{}: {e}", output.display())))?;
     out_file.commit().map_err(|e| fail(format!("{}: {}", output.display(), describe_io(&e))))?;
-    report.seconds = started.elapsed().as_secs_f64();
-    Ok(report)
+    let seconds = started.elapsed().as_secs_f64();
+    Ok(Report {
+        spans: spans_made,
+        seconds,
+        ..Report::of(input, output, annotations, index, &layout, &passed)
+    })
 }
 
 impl Report {
-    /// What the run did, so far as the passes tell (the spans and the time come later).
+    /// What the run did, so far as the passes tell (without the spans and the time).
     fn of(
         input: &Path,
         output: &Path,
