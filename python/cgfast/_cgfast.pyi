@@ -11,6 +11,7 @@ _Path = str | os.PathLike[str]
 _Annotations = Mapping[int, Iterable[Mapping[str, Any] | str]]
 
 __all__ = [
+    "DEFAULTS",
     "TraceError",
     "__version__",
     "annotate_file",
@@ -25,6 +26,8 @@ __all__ = [
 ]
 
 __version__: str
+# the core's defaults of the annotate options, which the signatures below show
+DEFAULTS: dict[str, int | float | str]
 
 class TraceError(ValueError):
     """A trace or annotation file cannot be processed."""

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use cgfast_core::annotations::file as annotation_file;
 use cgfast_core::annotations::Annotations;
-use cgfast_core::files::paths::{default_output, discover_annotations};
+use cgfast_core::files::paths::{default_output, find_annotations};
 use cgfast_core::passes::recover::Recover;
 use cgfast_core::pipeline::{self, Options, Report};
 
@@ -34,13 +34,13 @@ pub struct Args {
     #[arg(short, long, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) jobs: Option<u32>,
     /// The lane of graphed events that no annotation puts elsewhere.
-    #[arg(long, default_value_t = 7, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = Options::DEFAULT_STREAM, allow_negative_numbers = true)]
     default_stream: i64,
     /// The lane that overlapping kernels of the default lane move to.
-    #[arg(long, default_value_t = 8, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = Options::OVERLAP_STREAM, allow_negative_numbers = true)]
     overlap_stream: i64,
     /// Largest overlap (µs) repaired as timestamp jitter; larger ones are only counted.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = Options::MAX_ADJUST_US)]
     max_adjust_us: f64,
     /// Recover node ids from the recorded graph topology when the trace has none.
     #[arg(long, value_enum, default_value = "auto")]
@@ -61,7 +61,7 @@ pub struct Args {
     #[arg(long)]
     topology_only: bool,
     /// gzip level of a .gz output (0-9).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=9))]
+    #[arg(long, default_value_t = Options::GZIP_LEVEL, value_parser = clap::value_parser!(u32).range(0..=9))]
     gzip_level: u32,
     /// Print the summary as one JSON object.
     #[arg(long)]
@@ -92,9 +92,20 @@ impl Args {
         }
     }
 
+    /// Whether the flags make sense together, beyond what clap checks.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        if !self.max_adjust_us.is_finite() || self.max_adjust_us < 0.0 {
+            return Err(format!("--max-adjust-us must be a non-negative number, not {}", self.max_adjust_us));
+        }
+        if self.spans.is_empty() {
+            return Err("--spans needs an annotation key, or none".into());
+        }
+        Ok(())
+    }
+
     /// The one trace to annotate as before, unless several (or a directory or a
     /// pattern) are given.
-    fn single_trace(&self) -> Option<PathBuf> {
+    pub(crate) fn single_trace(&self) -> Option<PathBuf> {
         match self.traces.as_slice() {
             [one]
                 if one.is_file()
@@ -107,16 +118,8 @@ impl Args {
     }
 }
 
-pub fn run(args: Args) -> Result<(), String> {
-    if !args.max_adjust_us.is_finite() || args.max_adjust_us < 0.0 {
-        return Err(format!("--max-adjust-us must be a non-negative number, not {}", args.max_adjust_us));
-    }
-    if args.spans.is_empty() {
-        return Err("--spans needs an annotation key, or none".into());
-    }
-    let Some(trace) = args.single_trace() else {
-        return crate::annotate_many::run(&args);
-    };
+/// Annotate the one `trace` (see [`Args::single_trace`]).
+pub fn run(args: &Args, trace: PathBuf) -> Result<(), String> {
     let started = std::time::Instant::now();
     let (annotations_path, annotations) = load(&trace, args.annotations.as_deref())?;
     let output = args.output.clone().unwrap_or_else(|| default_output(&trace));
@@ -141,15 +144,14 @@ pub fn run(args: Args) -> Result<(), String> {
 fn load(trace: &Path, explicit: Option<&Path>) -> Result<(PathBuf, Annotations), String> {
     let path = match explicit {
         Some(p) => p.to_path_buf(),
-        None => discover_annotations(trace).ok_or_else(|| annotations_not_found(trace))?,
+        None => find_annotations(trace, ANNOTATIONS_FLAG)?,
     };
     let annotations = annotation_file::read(&path)?;
     Ok((path, annotations))
 }
 
-pub(crate) fn annotations_not_found(trace: &Path) -> String {
-    format!("could not find the annotations of {} (kernel_annotations_rank<R>_*.json or .pkl beside it or one level up); use -a to name them", trace.display())
-}
+/// How to name annotations that are not found.
+pub(crate) const ANNOTATIONS_FLAG: &str = "use -a to name them";
 
 pub(crate) fn thousands(n: u64) -> String {
     let s = n.to_string();
@@ -217,13 +219,13 @@ fn print_summary(r: &Report, annotations: &Path, verbose: bool) {
     line("noise removed", thousands(r.noise_removed));
     line("moved", format!("{} overlapping kernels to their own lane", thousands(r.moved)));
     line("fixed", format!("{} timestamps", thousands(r.fixed)));
-    if r.large_overlaps > 0 {
+    if r.large_overlaps() > 0 {
         let hint = if verbose { "" } else { "; --verbose lists them" };
         line(
             "large overlaps",
             format!(
                 "{} left as they are (largest {:.3} µs{hint})",
-                thousands(r.large_overlaps),
+                thousands(r.large_overlaps()),
                 r.largest_overlap_us
             ),
         );

@@ -9,10 +9,10 @@ use cgfast_core::annotations::file as annotation_file;
 use cgfast_core::annotations::Annotations;
 use cgfast_core::files::inputs::{self, Wanted};
 use cgfast_core::files::many::{self as parallel, FilesProgress};
-use cgfast_core::files::paths::{default_output, discover_annotations};
+use cgfast_core::files::paths::{default_output, find_annotations};
 use cgfast_core::pipeline::{self, Phase, Report};
 
-use crate::annotate::{annotations_not_found, thousands, Args};
+use crate::annotate::{thousands, Args, ANNOTATIONS_FLAG};
 use crate::files_progress::Files;
 
 type Loaded = Result<Arc<Annotations>, String>;
@@ -45,7 +45,7 @@ fn annotate_one(
 ) -> Result<Annotated, String> {
     let annotations = match &args.annotations {
         Some(p) => p.clone(),
-        None => discover_annotations(trace).ok_or_else(|| annotations_not_found(trace))?,
+        None => find_annotations(trace, ANNOTATIONS_FLAG)?,
     };
     let loaded = files.get(&annotations).map_err(|e| format!("{}: {e}", trace.display()))?;
     let report = pipeline::annotate_file(
@@ -167,7 +167,7 @@ impl Totals {
             noise_removed: sum(|r| r.noise_removed),
             moved: sum(|r| r.moved),
             fixed: sum(|r| r.fixed),
-            large_overlaps: sum(|r| r.large_overlaps),
+            large_overlaps: sum(|r| r.large_overlaps()),
             largest_overlap_us: done.iter().map(|a| a.report.largest_overlap_us).fold(0.0, f64::max),
             input_bytes,
             seconds,

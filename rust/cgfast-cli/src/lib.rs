@@ -59,7 +59,10 @@ where
         }
     };
     let result = std::panic::catch_unwind(|| match cli.command {
-        Command::Annotate(a) => annotate::run(a),
+        Command::Annotate(a) => a.check().and_then(|()| match a.single_trace() {
+            Some(trace) => annotate::run(&a, trace),
+            None => annotate_many::run(&a),
+        }),
         Command::Summary(a) => summary::run(a),
     });
     match result {

@@ -14,8 +14,9 @@ use crate::passes::lanes::{LanePasses, LanePlan};
 use crate::passes::recover::{self, Recover, Recovery};
 use crate::passes::spans;
 use crate::passes::{self, FlowLink, LargeOverlap, OddEvents};
+use crate::read::grammar::{describe, describe_io};
 use crate::read::input::is_gzip_path;
-use crate::read::scan::{self, ScanFailure, WriteKeys};
+use crate::read::scan::{self, WriteKeys};
 use crate::write::args_text::{args_writes, Writes};
 use crate::write::output::{AtomicFile, Sink};
 use crate::write::rewrite::{self, Action, Change};
@@ -68,14 +69,22 @@ impl Lanes {
 /// The key whose scopes get spans unless told otherwise.
 pub const DEFAULT_SPANS: &str = "module";
 
+/// The defaults of [`Options`], which the command line and the bindings show as theirs.
+impl Options {
+    pub const DEFAULT_STREAM: i64 = 7;
+    pub const OVERLAP_STREAM: i64 = 8;
+    pub const MAX_ADJUST_US: f64 = 1.0;
+    pub const GZIP_LEVEL: u32 = 3;
+}
+
 impl Default for Options {
     fn default() -> Self {
         Options {
-            default_stream: 7,
-            overlap_stream: 8,
-            max_adjust_us: 1.0,
+            default_stream: Options::DEFAULT_STREAM,
+            overlap_stream: Options::OVERLAP_STREAM,
+            max_adjust_us: Options::MAX_ADJUST_US,
             recover: Recover::Auto,
-            gzip_level: 3,
+            gzip_level: Options::GZIP_LEVEL,
             spans: Some(DEFAULT_SPANS.into()),
             topology_only: false,
             lanes: Lanes::All,
@@ -103,8 +112,8 @@ pub struct Report {
     pub metadata_removed: u64,
     pub moved: u64,
     pub fixed: u64,
-    pub large_overlaps: u64,
     pub largest_overlap_us: f64,
+    /// The overlaps too large to repair.
     pub overlaps: Vec<OverlapDetail>,
     pub flows_moved: u64,
     pub lanes_named: u64,
@@ -139,6 +148,10 @@ fn event_args<'b>(
 }
 
 impl Report {
+    pub fn large_overlaps(&self) -> u64 {
+        self.overlaps.len() as u64
+    }
+
     pub fn mb_per_s(&self) -> f64 {
         if self.seconds > 0.0 {
             self.json_bytes as f64 / 1e6 / self.seconds
@@ -180,107 +193,28 @@ pub fn annotate_file(
     progress: &mut dyn FnMut(Phase, u64, u64),
 ) -> Result<Report, Failure> {
     let started = Instant::now();
-    let shown = input.display().to_string();
-    std::fs::metadata(input).map_err(|e| fail(format!("{shown}: {}", describe_io(&e))))?;
+    std::fs::metadata(input).map_err(|e| fail(format!("{}: {}", input.display(), describe_io(&e))))?;
     // the output's temporary before reading: a bad -o fails at once
     let mut out_file = AtomicFile::create(output)
         .map_err(|e| fail(format!("{}: cannot write: {}", output.display(), describe_io(&e))))?;
     let write_keys = WriteKeys::new(annotations.write_keys());
     let (mut index, layout) =
-        scan::scan(input, &write_keys, &mut |done, total| progress(Phase::Reading, done, total)).map_err(
-            |e| match e {
-                ScanFailure::Io(err) => fail(format!("{shown}: {}", describe_io(&err))),
-                ScanFailure::Invalid(msg, Some(at)) => fail(format!("{shown}: {msg} at byte {at}")),
-                ScanFailure::Invalid(msg, None) => fail(format!("{shown}: {msg}")),
-            },
-        )?;
-
-    let timing = std::env::var_os("CGFAST_TIMING").is_some();
-    let mark = |what: &str| {
-        if timing {
-            let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-            let memory: Vec<&str> =
-                status.lines().filter(|l| l.starts_with("VmHWM") || l.starts_with("VmRSS")).collect();
-            eprintln!(
-                "cgfast timing: {what} at {:.3} s, {:.3} s of CPU, {}",
-                started.elapsed().as_secs_f64(),
-                cpu_seconds(),
-                memory.join(" ").split_whitespace().collect::<Vec<_>>().join(" ")
-            );
-        }
-    };
-    mark("scanned");
+        scan::scan(input, &write_keys, &mut |done, total| progress(Phase::Reading, done, total))
+            .map_err(|e| fail(describe(input, e)))?;
+    let timing = Timing::from_env(started);
+    timing.mark("scanned");
     give_back_freed_memory();
-    mark("trimmed");
-    let recovery = recover::recover_with(&mut index, annotations, options.recover, !options.topology_only);
-    mark("recovered");
-    let used = index.events.iter().filter_map(|e| match e.current_node() {
-        crate::index::Node::Id(n) => Some(n),
-        _ => None,
-    });
-    let resolved = annotations.resolve_used(used).map_err(|e| fail(format!("annotations: {e}")))?;
-    let (mut annotated, moved, fixed) = annotate_and_fix(&mut index, &resolved, options);
-    mark("fixed");
-    passes::settle(&mut index, &mut annotated);
-    if options.spans.is_some() {
-        // the spans an earlier run wrote make way for this run's
-        index.events.iter_mut().filter(|e| e.scope_span() && !e.removed()).for_each(|e| e.remove());
-    }
-    mark("settled");
-
-    let mut report = Report {
-        input: input.to_path_buf(),
-        output: output.to_path_buf(),
-        annotations_loaded: annotations.nodes.len() as u64,
-        events: index.event_count,
-        annotated: annotated.annotated,
-        noise_removed: annotated.noise_removed,
-        metadata_removed: annotated.metadata_removed,
-        moved,
-        fixed: fixed.fixed,
-        large_overlaps: fixed.large.len() as u64,
-        largest_overlap_us: fixed.large.iter().map(|l| l.overlap_us).fold(0.0, f64::max),
-        overlaps: overlap_details(&index, &fixed.large),
-        flows_moved: index.flows.iter().filter(|f| !f.removed() && flow_changed(&index, f)).count() as u64,
-        lanes_named: annotated.named_lanes.len() as u64,
-        recovery,
-        spans: None,
-        input_bytes: std::fs::metadata(input).map(|m| m.len()).unwrap_or(0),
-        json_bytes: layout.total_len,
-        seconds: 0.0,
-    };
-
-    mark("passes done");
+    timing.mark("trimmed");
+    let passed = run_passes(&mut index, annotations, options, &timing)?;
+    timing.mark("passes done");
+    let Passed { resolved, annotated, .. } = &passed;
     let mut lane_names: Vec<String> =
-        annotated.named_lanes.iter().map(|&lane| thread_name_event(&index, &annotated, lane)).collect();
-    let mut rewriting = Rewriting {
-        index: &index,
-        layout: &layout,
-        writes: resolved.iter().map(|(&node, r)| (node, node_writes(r, options.lanes))).collect(),
-        original_stream: options.lanes == Lanes::All,
-        lane_json: (0..index.keys.count() as KeyId)
-            .map(|id| index.keys.to_json(index.keys.key(id)))
-            .collect(),
-        editor: Editor::default(),
-        ts_text: String::new(),
-        node_text: String::new(),
-        graph_text: String::new(),
-        edits: EventEdits::default(),
-    };
-
-    let large = out_file.is_regular() && layout.total_len >= LARGE_FROM;
-    let gzip = is_gzip_path(output);
-    if large && !gzip {
-        // annotations make events longer: room for an eighth more, and for about a span
-        // per annotated event
-        let spans_room = if options.spans.is_some() { annotated.annotated * 160 } else { 0 };
-        out_file.reserve(layout.total_len + layout.total_len / 8 + spans_room);
-    }
-    let sink_file = out_file.file().try_clone().map_err(|e| fail(format!("{}: {e}", output.display())))?;
-    let mut sink = Sink::new(sink_file, gzip, options.gzip_level, large);
+        annotated.named_lanes.iter().map(|&lane| thread_name_event(&index, annotated, lane)).collect();
+    let mut rewriting = Rewriting::new(&index, &layout, resolved, options.lanes);
+    let mut sink = open_sink(&mut out_file, output, layout.total_len, options, annotated.annotated)?;
     let mut edit = |id: usize, original: &[u8], out: &mut Vec<u8>| rewriting.edit(id, original, out);
     // the spans are found and written out while the rewrite copies the trace
-    let (index, resolved) = (&index, &resolved);
+    let index = &index;
     let spans_json = |key: &str| {
         let value_of = |node: NodeId| {
             resolved
@@ -319,12 +253,130 @@ pub fn annotate_file(
         .and_then(|_| sink.finish())
         .map_err(|e| fail(format!("{}: {}", output.display(), describe_io(&e))))
     })?;
-    report.spans = spans_made;
-    mark("rewritten");
+    timing.mark("rewritten");
     crate::cancel::check().map_err(|e| fail(format!("{}: {e}", output.display())))?;
     out_file.commit().map_err(|e| fail(format!("{}: {}", output.display(), describe_io(&e))))?;
-    report.seconds = started.elapsed().as_secs_f64();
-    Ok(report)
+    let seconds = started.elapsed().as_secs_f64();
+    Ok(Report {
+        spans: spans_made,
+        seconds,
+        ..Report::of(input, output, annotations, index, &layout, &passed)
+    })
+}
+
+impl Report {
+    /// What the run did, so far as the passes tell (without the spans and the time).
+    fn of(
+        input: &Path,
+        output: &Path,
+        annotations: &Annotations,
+        index: &TraceIndex,
+        layout: &scan::Layout,
+        passed: &Passed,
+    ) -> Report {
+        let Passed { annotated, fixed, .. } = passed;
+        Report {
+            input: input.to_path_buf(),
+            output: output.to_path_buf(),
+            annotations_loaded: annotations.nodes.len() as u64,
+            events: index.event_count,
+            annotated: annotated.annotated,
+            noise_removed: annotated.noise_removed,
+            metadata_removed: annotated.metadata_removed,
+            moved: passed.moved,
+            fixed: fixed.fixed,
+            largest_overlap_us: fixed.large.iter().map(|l| l.overlap_us).fold(0.0, f64::max),
+            overlaps: overlap_details(index, &fixed.large),
+            flows_moved: index.flows.iter().filter(|f| !f.removed() && flow_changed(index, f)).count() as u64,
+            lanes_named: annotated.named_lanes.len() as u64,
+            recovery: passed.recovery.clone(),
+            spans: None,
+            input_bytes: std::fs::metadata(input).map(|m| m.len()).unwrap_or(0),
+            json_bytes: layout.total_len,
+            seconds: 0.0,
+        }
+    }
+}
+
+/// Where the rewritten trace goes, plain or gzipped (by `output`'s name); a large plain
+/// one gets its blocks reserved.
+fn open_sink(
+    out_file: &mut AtomicFile,
+    output: &Path,
+    json_len: u64,
+    options: &Options,
+    annotated: u64,
+) -> Result<Sink, Failure> {
+    let large = out_file.is_regular() && json_len >= LARGE_FROM;
+    let gzip = is_gzip_path(output);
+    if large && !gzip {
+        // annotations make events longer: room for an eighth more, and for about a span
+        // per annotated event
+        let spans_room = if options.spans.is_some() { annotated * 160 } else { 0 };
+        out_file.reserve(json_len + json_len / 8 + spans_room);
+    }
+    let sink_file = out_file.file().try_clone().map_err(|e| fail(format!("{}: {e}", output.display())))?;
+    Ok(Sink::new(sink_file, gzip, options.gzip_level, large))
+}
+
+/// What the passes made of the index: its recovery, the annotations of the nodes it
+/// uses, and the annotate and lane passes' outcomes.
+struct Passed {
+    recovery: Recovery,
+    resolved: HashMap<NodeId, Resolved>,
+    annotated: passes::Annotated,
+    moved: u64,
+    fixed: passes::Fixed,
+}
+
+/// Recover node ids, resolve the annotations of the nodes used, and run the passes.
+fn run_passes(
+    index: &mut TraceIndex,
+    annotations: &Annotations,
+    options: &Options,
+    timing: &Timing,
+) -> Result<Passed, Failure> {
+    let recovery = recover::recover_with(index, annotations, options.recover, !options.topology_only);
+    timing.mark("recovered");
+    let used = index.events.iter().filter_map(|e| match e.current_node() {
+        crate::index::Node::Id(n) => Some(n),
+        _ => None,
+    });
+    let resolved = annotations.resolve_used(used).map_err(|e| fail(format!("annotations: {e}")))?;
+    let (mut annotated, moved, fixed) = annotate_and_fix(index, &resolved, options);
+    timing.mark("fixed");
+    passes::settle(index, &mut annotated);
+    if options.spans.is_some() {
+        // the spans an earlier run wrote make way for this run's
+        index.events.iter_mut().filter(|e| e.scope_span() && !e.removed()).for_each(|e| e.remove());
+    }
+    timing.mark("settled");
+    Ok(Passed { recovery, resolved, annotated, moved, fixed })
+}
+
+/// With `CGFAST_TIMING` set, a line on stderr at each mark: the time, CPU time and
+/// memory of the run so far.
+struct Timing {
+    started: Option<Instant>,
+}
+
+impl Timing {
+    fn from_env(started: Instant) -> Timing {
+        Timing { started: std::env::var_os("CGFAST_TIMING").is_some().then_some(started) }
+    }
+
+    fn mark(&self, what: &str) {
+        let Some(started) = self.started else { return };
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let memory: Vec<&str> =
+            status.lines().filter(|l| l.starts_with("VmHWM") || l.starts_with("VmRSS")).collect();
+        eprintln!(
+            "cgfast timing: {what} at {:.3} s, {:.3} s of CPU, {}",
+            started.elapsed().as_secs_f64(),
+            cpu_seconds(),
+            memory.join(" ").split_whitespace().collect::<Vec<_>>().join(" ")
+        );
+    }
 }
 
 /// The three passes. Once the events have their lanes, the lane passes gather their
@@ -396,18 +448,6 @@ fn cpu_seconds() -> f64 {
         }
     }
     f64::NAN
-}
-
-fn describe_io(e: &std::io::Error) -> String {
-    match e.kind() {
-        std::io::ErrorKind::NotFound => "no such file".into(),
-        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
-        std::io::ErrorKind::UnexpectedEof => "the gzip data is truncated".into(),
-        std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData => {
-            format!("corrupt or unreadable data ({e})")
-        }
-        _ => e.to_string(),
-    }
 }
 
 fn overlap_details(index: &TraceIndex, large: &[LargeOverlap]) -> Vec<OverlapDetail> {
@@ -509,6 +549,30 @@ struct Rewriting<'a> {
     edits: EventEdits<'static>,
     /// Write `args["original_stream"]` on the events that change lanes.
     original_stream: bool,
+}
+
+impl<'a> Rewriting<'a> {
+    fn new(
+        index: &'a TraceIndex,
+        layout: &'a scan::Layout,
+        resolved: &HashMap<NodeId, Resolved>,
+        lanes: Lanes,
+    ) -> Rewriting<'a> {
+        Rewriting {
+            index,
+            layout,
+            writes: resolved.iter().map(|(&node, r)| (node, node_writes(r, lanes))).collect(),
+            original_stream: lanes == Lanes::All,
+            lane_json: (0..index.keys.count() as KeyId)
+                .map(|id| index.keys.to_json(index.keys.key(id)))
+                .collect(),
+            editor: Editor::default(),
+            ts_text: String::new(),
+            node_text: String::new(),
+            graph_text: String::new(),
+            edits: EventEdits::default(),
+        }
+    }
 }
 
 /// A node's writes: with `--lanes none` its `stream` becomes `annotated_stream`, an
@@ -633,7 +697,7 @@ impl Report {
             "metadata_removed": self.metadata_removed,
             "moved": self.moved,
             "fixed": self.fixed,
-            "large_overlaps": self.large_overlaps,
+            "large_overlaps": self.large_overlaps(),
             "largest_overlap_us": self.largest_overlap_us,
             "flows_moved": self.flows_moved,
             "lanes_named": self.lanes_named,
@@ -645,7 +709,7 @@ impl Report {
                 "recovered_events": r.recovered_events,
                 "ambiguous_events": r.ambiguous_events,
                 "unmatched_events": r.unmatched_events,
-                "unresolved_events": r.unresolved_events,
+                "unresolved_events": r.unresolved_events(),
                 "tied_events": r.tied_events,
                 "no_topology": r.no_topology,
             },

@@ -3,9 +3,10 @@
 
 use std::collections::HashMap;
 
-use cgfast_core::index::keys::{Key, Spelling};
+use cgfast_core::index::keys::Spelling;
 use cgfast_core::index::{Cat, Field, Node, NodeId, Observed, Ph, TraceIndex, NONE};
 use cgfast_core::passes::{self, AsksLane, FlowLink, OddEvents, Refusal, Refused};
+use cgfast_core::pipeline::Options;
 use pyo3::exceptions::{PyAttributeError, PyKeyError, PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
@@ -51,11 +52,7 @@ fn node_of(v: Option<Bound<'_, PyAny>>) -> Node {
         return Node::Null;
     }
     match num_of(&v) {
-        Some(n) if n.as_f64() == 0.0 => Node::Zero,
-        Some(n) => match Key::from_num(n) {
-            Some(Key::Int(i)) => Node::Id(i as NodeId),
-            _ => Node::Other,
-        },
+        Some(n) => Node::of_num(n),
         // An int beyond 64 bits (or a float that is one).
         None => match v.extract::<NodeId>() {
             Ok(i) if !v.is_instance_of::<pyo3::types::PyFloat>() => Node::Id(i),
@@ -314,7 +311,10 @@ fn args_of<'py>(event: &Bound<'py, PyDict>) -> PyResult<Option<Bound<'py, PyDict
 /// Python would (KeyError without `traceEvents`, AttributeError for events or `args`
 /// that are not dicts), changing nothing then.
 #[pyfunction]
-#[pyo3(signature = (trace, annotations, default_stream = 7))]
+#[pyo3(
+    signature = (trace, annotations, default_stream = Options::DEFAULT_STREAM),
+    text_signature = "(trace, annotations, default_stream=7)"
+)]
 pub fn annotate_trace(
     py: Python<'_>,
     trace: &Bound<'_, PyDict>,
@@ -392,7 +392,10 @@ pub fn annotate_trace(
 /// (KeyError, TypeError, AttributeError; OverflowError beyond 64-bit integers) and
 /// changes nothing.
 #[pyfunction]
-#[pyo3(signature = (trace, default_stream = 7, overlap_stream = 8))]
+#[pyo3(
+    signature = (trace, default_stream = Options::DEFAULT_STREAM, overlap_stream = Options::OVERLAP_STREAM),
+    text_signature = "(trace, default_stream=7, overlap_stream=8)"
+)]
 pub fn move_overlapping_to_stream(
     trace: &Bound<'_, PyDict>,
     default_stream: i64,
@@ -433,7 +436,10 @@ pub fn move_overlapping_to_stream(
 /// is not a number) it raises the same exception type (KeyError, TypeError;
 /// OverflowError beyond 64-bit integers) and changes nothing.
 #[pyfunction]
-#[pyo3(signature = (trace, max_adjust_us = 1.0))]
+#[pyo3(
+    signature = (trace, max_adjust_us = Options::MAX_ADJUST_US),
+    text_signature = "(trace, max_adjust_us=1.0)"
+)]
 pub fn fix_overlapping_timestamps(
     py: Python<'_>,
     trace: &Bound<'_, PyDict>,

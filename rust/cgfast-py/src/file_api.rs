@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use cgfast_core::annotations::file as annotation_file;
 use cgfast_core::annotations::Annotations;
 use cgfast_core::cancel;
-use cgfast_core::files::paths::{default_output, discover_annotations};
+use cgfast_core::files::paths::{default_output, find_annotations};
 use cgfast_core::passes::recover::Recover;
 use cgfast_core::pipeline::{self, Options};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -58,7 +58,7 @@ fn recover_mode(name: &str) -> PyResult<Recover> {
 /// dict. Raises `TraceError` for a trace or annotation file that cannot be processed,
 /// ValueError for bad options, and KeyboardInterrupt (after cleaning up) on Ctrl-C.
 #[pyfunction]
-#[pyo3(signature = (trace, annotations = None, output = None, *, default_stream = 7, overlap_stream = 8, max_adjust_us = 1.0, recover = "auto", gzip_level = 3, topology_only = false, spans = Some(pipeline::DEFAULT_SPANS.to_string()), lanes = "all"))]
+#[pyo3(signature = (trace, annotations = None, output = None, *, default_stream = Options::DEFAULT_STREAM, overlap_stream = Options::OVERLAP_STREAM, max_adjust_us = Options::MAX_ADJUST_US, recover = "auto", gzip_level = Options::GZIP_LEVEL, topology_only = false, spans = Some(pipeline::DEFAULT_SPANS.to_string()), lanes = "all"))]
 #[pyo3(
     text_signature = "(trace, annotations=None, output=None, *, default_stream=7, overlap_stream=8, max_adjust_us=1.0, recover='auto', gzip_level=3, topology_only=False, spans='module', lanes='all')"
 )]
@@ -98,9 +98,7 @@ pub fn annotate_file<'py>(
             (Some(path), loaded)
         }
         _ => {
-            let path = discover_annotations(&trace).ok_or_else(|| {
-                TraceError::new_err(format!("could not find the annotations of {} (kernel_annotations_rank<R>_*.json or .pkl); pass annotations=", trace.display()))
-            })?;
+            let path = find_annotations(&trace, "pass annotations=").map_err(TraceError::new_err)?;
             let loaded = py.detach(|| annotation_file::read(&path)).map_err(TraceError::new_err)?;
             (Some(path), loaded)
         }

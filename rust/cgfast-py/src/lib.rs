@@ -27,5 +27,19 @@ fn _cgfast(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(file_api::run_cli, m)?)?;
     m.add_function(wrap_pyfunction!(summary_api::summary_report, m)?)?;
     m.add_function(wrap_pyfunction!(summary_api::find_traces, m)?)?;
+    m.add("DEFAULTS", defaults(m.py())?)?;
     Ok(())
+}
+
+/// The core's defaults of the annotate options: the signatures show them as literals,
+/// and `tests/test_defaults.py` checks that they are these.
+fn defaults(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::PyDict>> {
+    use cgfast_core::pipeline::{Options, DEFAULT_SPANS};
+    let defaults = pyo3::types::PyDict::new(py);
+    defaults.set_item("default_stream", Options::DEFAULT_STREAM)?;
+    defaults.set_item("overlap_stream", Options::OVERLAP_STREAM)?;
+    defaults.set_item("max_adjust_us", Options::MAX_ADJUST_US)?;
+    defaults.set_item("gzip_level", Options::GZIP_LEVEL)?;
+    defaults.set_item("spans", DEFAULT_SPANS)?;
+    Ok(defaults)
 }

@@ -16,6 +16,18 @@ pub fn default_output(trace: &Path) -> PathBuf {
     trace.with_file_name(renamed)
 }
 
+/// [`discover_annotations`], or why none was found, ending in how to name them
+/// (`how_to_name`: the flag or argument of the caller's interface).
+pub fn find_annotations(trace: &Path, how_to_name: &str) -> Result<PathBuf, String> {
+    discover_annotations(trace).ok_or_else(|| {
+        format!(
+            "could not find the annotations of {} (kernel_annotations_rank<R>_*.json or .pkl beside it or \
+             one level up); {how_to_name}",
+            trace.display()
+        )
+    })
+}
+
 /// For `traces/step_N/RANK.<id>.pt.trace.json.gz`, the first of
 /// `traces/kernel_annotations_rank{RANK}_*.{json,json.gz,pkl}` (then the same names
 /// beside the trace itself), JSON before pickles.

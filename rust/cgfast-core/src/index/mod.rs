@@ -96,6 +96,18 @@ pub enum Node {
 }
 
 impl Node {
+    /// A `graph node id` that is a number within 64 bits (an integer beyond them is
+    /// `Node::Id` of its exact value, read by the caller, as Python compares it).
+    pub fn of_num(n: Num) -> Node {
+        if n.as_f64() == 0.0 {
+            return Node::Zero;
+        }
+        match Key::from_num(n) {
+            Some(Key::Int(i)) => Node::Id(i as NodeId),
+            _ => Node::Other,
+        }
+    }
+
     /// `graph node id` not None and not 0: what `annotate_trace` processes.
     pub fn annotatable(self) -> bool {
         matches!(self, Node::Id(_) | Node::Other)

@@ -52,9 +52,10 @@ pub struct Cursor<'a> {
 /// plain text: `"`, `\\` or a control character.
 #[inline(always)]
 pub(crate) fn special_byte(buf: &[u8], from: usize) -> Option<usize> {
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(cgfast_portable)))]
     let (from, found) = special_byte_sse2(buf, from);
-    #[cfg(not(target_arch = "x86_64"))]
+    // `--cfg cgfast_portable` tests the portable path on x86-64 too (scripts/test)
+    #[cfg(any(not(target_arch = "x86_64"), cgfast_portable))]
     let (from, found) = special_byte_words(buf, from);
     match found {
         Some(at) => Some(at),
@@ -69,7 +70,7 @@ fn is_special(b: u8) -> bool {
 
 /// Sixteen bytes at a time; what is left of the buffer after the last whole block is
 /// the caller's (the offset returned first).
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", not(cgfast_portable)))]
 #[inline]
 fn special_byte_sse2(buf: &[u8], mut at: usize) -> (usize, Option<usize>) {
     use std::arch::x86_64::*;
@@ -95,7 +96,7 @@ fn special_byte_sse2(buf: &[u8], mut at: usize) -> (usize, Option<usize>) {
 }
 
 /// Eight bytes at a time, in the bits of a word.
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(any(not(target_arch = "x86_64"), cgfast_portable))]
 #[inline]
 fn special_byte_words(buf: &[u8], mut at: usize) -> (usize, Option<usize>) {
     const LO: u64 = 0x0101_0101_0101_0101;
@@ -696,6 +697,28 @@ mod tests {
     fn deep_nesting_does_not_recurse() {
         let deep = "[".repeat(100_000) + &"]".repeat(100_000);
         assert_eq!(skip(&deep), Ok(deep.len()));
+    }
+
+    #[test]
+    fn special_bytes_are_found_wherever_they_are() {
+        // every offset of a block, and the tail after the last whole one, on the path
+        // this build takes (SSE2, or the words of `--cfg cgfast_portable`)
+        for len in 0..40 {
+            for at in 0..=len {
+                for special in [b'"', b'\\', 0x00, 0x1f] {
+                    let mut buf = vec![b'a'; len];
+                    buf.extend_from_slice(b" \x7f\xe9~");
+                    let end = buf.len();
+                    if at < end {
+                        buf[at] = special;
+                    }
+                    for from in [0, at.min(3)] {
+                        let want = buf[from..].iter().position(|&b| is_special(b)).map(|k| from + k);
+                        assert_eq!(special_byte(&buf, from), want, "{len} {at} {special} {from}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -35,8 +35,6 @@ pub struct Recovery {
     pub ambiguous_events: u64,
     /// Events of unmatched replays, left without an id.
     pub unmatched_events: u64,
-    /// Ambiguous and unmatched events together.
-    pub unresolved_events: u64,
     /// Events whose node was the lowest local id among several eligible candidates of
     /// the same kind, name and launch shape.
     pub tied_events: u64,
@@ -60,6 +58,13 @@ pub struct Recovery {
     /// Whether stamps were read and equivalent replays annotated (the counts above
     /// are reported).
     pub exact: bool,
+}
+
+impl Recovery {
+    /// Ambiguous and unmatched events together: those left without an id.
+    pub fn unresolved_events(&self) -> u64 {
+        self.ambiguous_events + self.unmatched_events
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
@@ -492,7 +497,6 @@ pub fn recover_with(
         report.no_topology = true;
         report.unmatched_replays = report.replays;
         report.unmatched_events = replays.values().map(|r| r.len() as u64).sum();
-        report.unresolved_events = report.unmatched_events;
         return report;
     }
 
@@ -608,7 +612,6 @@ fn leave_alone(
         }
         ReplayMarker::None => unreachable!("a replay left alone has a reason"),
     }
-    report.unresolved_events += n;
     if exact {
         for e in events {
             index.events[e.index].set_replay_marker(why);
@@ -787,7 +790,7 @@ mod tests {
             report.ambiguous_events,
             report.unmatched_replays,
             report.unmatched_events,
-            report.unresolved_events,
+            report.unresolved_events(),
         );
         assert_eq!(counts, (3, 1, 1, 1, 1, 2, 3));
     }

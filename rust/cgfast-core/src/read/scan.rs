@@ -6,9 +6,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::index::keys::{Key, Keys, Num, Spelling};
 use crate::index::{is_tracked, Cat, Field, Kept, Node, Observed, Ph, TraceIndex};
-use crate::json::{str_is, text_of, Cursor, Scalar, Scan, ScanError};
+use crate::json::{str_is, text_of, Cursor, Scalar, Scan};
 pub use crate::read::event_fields::WriteKeys;
 use crate::read::event_fields::{self, Raw};
+pub use crate::read::grammar::ScanFailure;
+use crate::read::grammar::{Grammar, Visit};
 use crate::read::input::Window;
 
 /// Where a tracked event sits in the (decompressed) input, for pass two. The separators
@@ -56,30 +58,6 @@ impl Layout {
         self.array_close = next.array_close;
         self.total_len = next.total_len;
     }
-}
-
-#[derive(Debug)]
-pub enum ScanFailure {
-    Io(std::io::Error),
-    /// Not a trace: the message, and the byte offset in the decompressed input.
-    Invalid(String, Option<u64>),
-}
-
-impl From<std::io::Error> for ScanFailure {
-    fn from(e: std::io::Error) -> Self {
-        ScanFailure::Io(e)
-    }
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum State {
-    Start,
-    Member,
-    EventsOpen,
-    Event,
-    AfterEvent,
-    AfterMember,
-    End,
 }
 
 /// A value's place in its event: offset and length, relative to the event's start.
@@ -220,12 +198,7 @@ fn node(buf: &[u8], s: Option<Scalar>) -> Node {
         Some(Scalar::Bool(false)) => Node::Zero,
         Some(Scalar::Bool(true)) => Node::Id(1),
         Some(Scalar::Number { start, end }) => match Num::parse(&buf[start..end]) {
-            Some(n) if n.as_f64() == 0.0 => Node::Zero,
-            Some(n) => match Key::from_num(n) {
-                Some(Key::Int(i)) => Node::Id(i as crate::index::NodeId),
-                _ => Node::Other,
-            },
-            // An integer beyond 64 bits: Python compares it exactly.
+            Some(n) => Node::of_num(n),
             None => std::str::from_utf8(&buf[start..end])
                 .ok()
                 .and_then(|t| t.parse::<crate::index::NodeId>().ok())
@@ -368,8 +341,6 @@ struct Segment<'k> {
     write_keys: &'k WriteKeys,
     index: TraceIndex,
     layout: Layout,
-    state: State,
-    saw_events: bool,
     raw: Raw,
     /// End of the last element scanned (where a segment that stops at the next one ends).
     prev_end: Option<u64>,
@@ -379,19 +350,12 @@ struct Segment<'k> {
     missed_stop: bool,
 }
 
-enum Step {
-    Go,
-    Stop,
-}
-
 impl<'k> Segment<'k> {
-    fn new(write_keys: &'k WriteKeys, state: State, prev_end: Option<u64>, stop_at: Option<u64>) -> Self {
+    fn new(write_keys: &'k WriteKeys, prev_end: Option<u64>, stop_at: Option<u64>) -> Self {
         Segment {
             write_keys,
             index: TraceIndex::default(),
             layout: Layout::default(),
-            state,
-            saw_events: state != State::Start,
             raw: Raw::default(),
             prev_end,
             stop_at,
@@ -411,185 +375,74 @@ impl<'k> Segment<'k> {
         let _ = (layout.flow_spans.try_reserve(most), layout.flow_places.try_reserve(most));
     }
 
-    fn step(&mut self, c: &mut Cursor<'_>, base: u64) -> Scan<Step> {
-        match self.state {
-            State::Start => {
-                c.expect(b'{', "a JSON object (a trace starts with '{')")?;
-                self.state = if c.peek()? == b'}' {
-                    c.pos += 1;
-                    State::End
-                } else {
-                    State::Member
-                };
-            }
-            State::Member => {
-                let k = c.string()?;
-                c.expect(b':', "':'")?;
-                if str_is(c.buf, k, "traceEvents") {
-                    if self.saw_events {
-                        return Err(ScanError::Syntax { at: k.start, expected: "a single traceEvents" });
-                    }
-                    self.saw_events = true;
-                    if c.peek()? != b'[' {
-                        return Err(ScanError::Syntax { at: c.pos, expected: "a list for traceEvents" });
-                    }
-                    self.state = State::EventsOpen;
-                } else {
-                    c.skip_value()?;
-                    self.state = State::AfterMember;
-                }
-            }
-            State::EventsOpen => {
-                c.expect(b'[', "'['")?;
-                if c.peek()? == b']' {
-                    self.layout.array_close = base + c.pos as u64;
-                    c.pos += 1;
-                    self.state = State::AfterMember;
-                } else {
-                    self.state = State::Event;
-                }
-            }
-            State::Event => {
-                let start = c.peek().map(|_| c.pos)?;
-                let abs_start = base + start as u64;
-                if let Some(stop) = self.stop_at {
-                    if abs_start >= stop {
-                        self.missed_stop = abs_start != stop;
-                        return Ok(Step::Stop);
-                    }
-                }
-                let ordinal = self.layout.elements as u32;
-                let kept = if c.buf[start] == b'{' {
-                    match event_fields::read_fast(c.buf, start, &mut self.raw, self.write_keys) {
-                        Some(end) => c.pos = end,
-                        None => event_fields::read(c, &mut self.raw, self.write_keys)?,
-                    }
-                    observe(c.buf, &self.raw, ordinal, &mut self.index)
-                } else {
-                    c.skip_value()?;
-                    self.index.event_count += 1;
-                    Kept::Lane
-                };
-                let abs_end = base + c.pos as u64;
-                let span = ByteSpan::new(abs_start, abs_end);
-                match kept {
-                    Kept::Event(_) => {
-                        self.layout.event_spans.push(span);
-                        self.layout.event_places.push(places(&self.raw, start, c.pos));
-                    }
-                    Kept::Flow(_) => {
-                        self.layout.flow_spans.push(span);
-                        self.layout.flow_places.push(FlowPlaces::of(places(&self.raw, start, c.pos)));
-                    }
-                    Kept::Lane => {}
-                }
-                self.prev_end = Some(abs_end);
-                self.layout.elements += 1;
-                self.state = State::AfterEvent;
-            }
-            State::AfterEvent => match c.peek()? {
-                b',' => {
-                    c.pos += 1;
-                    self.state = State::Event;
-                }
-                b']' => {
-                    if self.stop_at.is_some() {
-                        self.missed_stop = true;
-                        return Ok(Step::Stop);
-                    }
-                    self.layout.array_close = base + c.pos as u64;
-                    c.pos += 1;
-                    self.state = State::AfterMember;
-                }
-                _ => return Err(ScanError::Syntax { at: c.pos, expected: "',' or ']' between events" }),
-            },
-            State::AfterMember => match c.peek()? {
-                b',' => {
-                    c.pos += 1;
-                    self.state = State::Member;
-                }
-                b'}' => {
-                    c.pos += 1;
-                    self.state = State::End;
-                }
-                _ => return Err(ScanError::Syntax { at: c.pos, expected: "',' or '}'" }),
-            },
-            State::End => {
-                c.peek()?;
-                return Err(ScanError::Syntax {
-                    at: c.pos,
-                    expected: "the end of the file after the trace object",
-                });
-            }
-        }
-        Ok(Step::Go)
-    }
-
-    /// Scan from `start` (an offset of the file) to the segment's stop or the end,
-    /// reading through `buffer` (a window's, given back for the next segment).
+    /// Scan from `start` (an offset of the file, where `grammar` is) to the segment's
+    /// stop or the end, reading through `buffer` (a window's, given back for the next
+    /// segment).
     fn run(
         &mut self,
+        mut grammar: Grammar,
         path: &Path,
         start: u64,
         buffer: &mut Vec<u8>,
-        progress: &dyn Fn(u64, u64),
+        progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(), ScanFailure> {
         let mut window = Window::open_at_in(path, start, std::mem::take(buffer))?;
-        let scanned = self.run_in(&mut window, progress);
+        let walked = grammar.walk(&mut window, self, progress);
         *buffer = window.into_buffer();
-        scanned
+        self.layout.total_len = walked?;
+        Ok(())
     }
+}
 
-    fn run_in(&mut self, window: &mut Window, progress: &dyn Fn(u64, u64)) -> Result<(), ScanFailure> {
-        let mut pos: usize = 0;
-        let mut eof = false;
-        loop {
-            let base = window.base;
-            let mut c = Cursor::new(window.bytes(), pos);
-            let step = loop {
-                pos = c.pos;
-                match self.step(&mut c, base) {
-                    Ok(Step::Go) => {}
-                    other => break other,
-                }
-            };
-            match step {
-                Ok(_) => {
-                    self.layout.total_len = base + c.pos as u64;
-                    return Ok(());
-                }
-                Err(ScanError::Syntax { at, expected }) => {
-                    return Err(ScanFailure::Invalid(
-                        format!("not a valid trace: expected {expected}"),
-                        Some(base + at as u64),
-                    ));
-                }
-                Err(ScanError::Incomplete) if eof => {
-                    if self.state == State::End {
-                        if !self.saw_events {
-                            return Err(ScanFailure::Invalid("the trace has no traceEvents".into(), None));
-                        }
-                        self.layout.total_len = window.end();
-                        return Ok(());
-                    }
-                    let at = window.end();
-                    let what = if at == 0 {
-                        "the file is empty"
-                    } else {
-                        "the trace is truncated (unexpected end of input)"
-                    };
-                    return Err(ScanFailure::Invalid(what.into(), Some(at)));
-                }
-                Err(ScanError::Incomplete) => {
-                    window.consume(pos);
-                    pos = 0;
-                    if window.fill()? == 0 {
-                        eof = true;
-                    }
-                    progress(window.file_position(), window.file_len());
-                }
+impl Visit for Segment<'_> {
+    #[inline(always)]
+    fn element(&mut self, c: &mut Cursor<'_>, base: u64) -> Scan<bool> {
+        let start = c.pos;
+        let abs_start = base + start as u64;
+        if let Some(stop) = self.stop_at {
+            if abs_start >= stop {
+                self.missed_stop = abs_start != stop;
+                return Ok(false);
             }
         }
+        let ordinal = self.layout.elements as u32;
+        let kept = if c.buf[start] == b'{' {
+            match event_fields::read_fast(c.buf, start, &mut self.raw, self.write_keys) {
+                Some(end) => c.pos = end,
+                None => event_fields::read(c, &mut self.raw, self.write_keys)?,
+            }
+            observe(c.buf, &self.raw, ordinal, &mut self.index)
+        } else {
+            c.skip_value()?;
+            self.index.event_count += 1;
+            Kept::Lane
+        };
+        let abs_end = base + c.pos as u64;
+        let span = ByteSpan::new(abs_start, abs_end);
+        match kept {
+            Kept::Event(_) => {
+                self.layout.event_spans.push(span);
+                self.layout.event_places.push(places(&self.raw, start, c.pos));
+            }
+            Kept::Flow(_) => {
+                self.layout.flow_spans.push(span);
+                self.layout.flow_places.push(FlowPlaces::of(places(&self.raw, start, c.pos)));
+            }
+            Kept::Lane => {}
+        }
+        self.prev_end = Some(abs_end);
+        self.layout.elements += 1;
+        Ok(true)
+    }
+
+    /// A segment that stops at the next one's first element must not reach the end.
+    fn close(&mut self, at: u64) -> bool {
+        if self.stop_at.is_some() {
+            self.missed_stop = true;
+            return false;
+        }
+        self.layout.array_close = at;
+        true
     }
 }
 
@@ -612,9 +465,8 @@ pub fn scan(
             return Ok(result);
         }
     }
-    let mut whole = Segment::new(write_keys, State::Start, None, None);
-    let progress = std::cell::RefCell::new(progress);
-    whole.run(path, 0, &mut Vec::new(), &|done, total| (progress.borrow_mut())(done, total))?;
+    let mut whole = Segment::new(write_keys, None, None);
+    whole.run(Grammar::at_start(), path, 0, &mut Vec::new(), progress)?;
     Ok((whole.index, whole.layout))
 }
 
@@ -689,6 +541,8 @@ fn segment_cuts(len: u64, threads: usize, min_bytes: u64) -> Vec<u64> {
     cuts
 }
 
+/// Scan a plain trace in segments cut at guessed element boundaries, on `threads`
+/// threads; `None` when it has no boundary to cut at, or a cut turns out not to be one.
 fn scan_parallel(
     path: &Path,
     write_keys: &WriteKeys,
@@ -697,6 +551,36 @@ fn scan_parallel(
     len: u64,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Option<Scanned>, ScanFailure> {
+    let cuts = element_cuts(path, len, threads, segment_bytes)?;
+    if cuts.is_empty() {
+        return Ok(None);
+    }
+    let segments = Segments::new(path, len, write_keys, cuts);
+    let threads = threads.min(segments.count());
+    let (finished_tx, finished_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            let finished = finished_tx.clone();
+            let segments = &segments;
+            scope.spawn(move || {
+                segments.scan_while_any_left();
+                let _ = finished.send(());
+            });
+        }
+        drop(finished_tx);
+        segments.report_progress(&finished_rx, threads, len, progress);
+    });
+    Ok(segments.into_scanned())
+}
+
+/// Where the segments start (each at an element, with the end of the element before
+/// it): one at or after each of [`segment_cuts`] that has a guessed boundary.
+fn element_cuts(
+    path: &Path,
+    len: u64,
+    threads: usize,
+    segment_bytes: u64,
+) -> std::io::Result<Vec<(u64, u64)>> {
     let mut cuts: Vec<(u64, u64)> = Vec::new();
     // a trace under `2 × threads` segments long still gets that many
     let min_bytes = segment_bytes.min(len / (2 * threads as u64)).max(1);
@@ -707,97 +591,137 @@ fn scan_parallel(
             }
         }
     }
-    if cuts.is_empty() {
-        return Ok(None);
+    Ok(cuts)
+}
+
+/// The segments of a parallel scan, taken in turn by whichever thread is free.
+struct Segments<'k> {
+    path: &'k Path,
+    len: u64,
+    write_keys: &'k WriteKeys,
+    /// Where segment `k + 1` starts, and where the element before it ends.
+    cuts: Vec<(u64, u64)>,
+    /// Bytes scanned by each segment, for progress.
+    done: Vec<AtomicU64>,
+    /// The next segment to scan.
+    next: AtomicUsize,
+    joined: std::sync::Mutex<Joined<'k>>,
+    /// The emptied vectors of joined segments, for segments still to scan: their
+    /// memory is already mapped.
+    spares: std::sync::Mutex<Vec<Spare>>,
+}
+
+impl<'k> Segments<'k> {
+    fn new(path: &'k Path, len: u64, write_keys: &'k WriteKeys, cuts: Vec<(u64, u64)>) -> Self {
+        Segments {
+            path,
+            len,
+            write_keys,
+            done: (0..cuts.len() + 1).map(|_| AtomicU64::new(0)).collect(),
+            cuts,
+            next: AtomicUsize::new(0),
+            joined: std::sync::Mutex::new(Joined {
+                scanned: None,
+                next: 0,
+                waiting: Vec::new(),
+                failed: false,
+            }),
+            spares: std::sync::Mutex::new(Vec::new()),
+        }
     }
-    let count = cuts.len() + 1;
-    let done: Vec<AtomicU64> = (0..count).map(|_| AtomicU64::new(0)).collect();
-    let next = AtomicUsize::new(0);
-    let joined = std::sync::Mutex::new(Joined { scanned: None, next: 0, waiting: Vec::new(), failed: false });
-    // the emptied vectors of joined segments, for segments still to scan: their memory
-    // is already mapped
-    let spares = std::sync::Mutex::new(Vec::<Spare>::new());
-    let (finished_tx, finished_rx) = std::sync::mpsc::channel::<()>();
-    std::thread::scope(|scope| {
-        for _ in 0..threads.min(count) {
-            let finished = finished_tx.clone();
-            let (cuts, done, next, joined, spares) = (&cuts, &done, &next, &joined, &spares);
-            scope.spawn(move || {
-                let mut buffer = Vec::new();
-                loop {
-                    let k = next.fetch_add(1, Ordering::Relaxed);
-                    if k >= count {
-                        break;
-                    }
-                    let (start, state, prev_end) = if k == 0 {
-                        (0, State::Start, None)
+
+    fn count(&self) -> usize {
+        self.cuts.len() + 1
+    }
+
+    /// Scan segments until none is left (or one failed), each through the same buffer.
+    fn scan_while_any_left(&self) {
+        let mut buffer = Vec::new();
+        loop {
+            let k = self.next.fetch_add(1, Ordering::Relaxed);
+            if k >= self.count() {
+                break;
+            }
+            let scanned = self.scan_one(k, &mut buffer);
+            match scanned {
+                Some(segment) => {
+                    let emptied = lock(&self.joined).add(k, segment);
+                    let mut spares = lock(&self.spares);
+                    if self.next.load(Ordering::Relaxed) < self.count() {
+                        spares.extend(emptied);
                     } else {
-                        (cuts[k - 1].0, State::Event, Some(cuts[k - 1].1))
-                    };
-                    let stop = cuts.get(k).map(|c| c.0);
-                    let spare = lock(spares).pop();
-                    let scanned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        let mut segment = Segment::new(write_keys, state, prev_end, stop);
-                        if let Some(spare) = spare {
-                            spare.lend(&mut segment);
-                        }
-                        // the first segment's vectors take every other segment's entries;
-                        // the others' grow as they need, their room kept for the next
-                        if k == 0 {
-                            segment.make_room(len);
-                        }
-                        segment
-                            .run(path, start, &mut buffer, &|d, _| {
-                                done[k].store(d - start, Ordering::Relaxed)
-                            })
-                            .map(|_| segment)
-                    }));
-                    // a segment whose end is no element boundary (a split inside a
-                    // string, say) fails: the single scan decides
-                    let whole = match &scanned {
-                        Ok(Ok(s)) => {
-                            !s.missed_stop
-                                && (k == 0 || s.layout.elements > 0)
-                                && (k + 1 == count || s.prev_end == Some(cuts[k].1))
-                        }
-                        _ => false,
-                    };
-                    match scanned {
-                        Ok(Ok(segment)) if whole => {
-                            let emptied = lock(joined).add(k, segment);
-                            let mut spares = lock(spares);
-                            if next.load(Ordering::Relaxed) < count {
-                                spares.extend(emptied);
-                            } else {
-                                spares.clear();
-                            }
-                        }
-                        _ => {
-                            lock(joined).failed = true;
-                            next.store(count, Ordering::Relaxed);
-                        }
+                        spares.clear();
                     }
                 }
-                let _ = finished.send(());
-            });
+                None => {
+                    lock(&self.joined).failed = true;
+                    self.next.store(self.count(), Ordering::Relaxed);
+                }
+            }
         }
-        drop(finished_tx);
-        let mut running = threads.min(count);
+    }
+
+    /// Segment `k`, scanned; `None` when it failed or its end is no element boundary
+    /// (a split inside a string, say): the single scan decides.
+    fn scan_one(&self, k: usize, buffer: &mut Vec<u8>) -> Option<Segment<'k>> {
+        let (start, grammar, prev_end) = match k {
+            0 => (0, Grammar::at_start(), None),
+            _ => (self.cuts[k - 1].0, Grammar::at_event(), Some(self.cuts[k - 1].1)),
+        };
+        let stop = self.cuts.get(k).map(|c| c.0);
+        let spare = lock(&self.spares).pop();
+        let scanned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut segment = Segment::new(self.write_keys, prev_end, stop);
+            if let Some(spare) = spare {
+                spare.lend(&mut segment);
+            }
+            // the first segment's vectors take every other segment's entries;
+            // the others' grow as they need, their room kept for the next
+            if k == 0 {
+                segment.make_room(self.len);
+            }
+            segment
+                .run(grammar, self.path, start, buffer, &mut |d, _| {
+                    self.done[k].store(d - start, Ordering::Relaxed)
+                })
+                .map(|_| segment)
+        }));
+        let segment = scanned.ok()?.ok()?;
+        let whole = !segment.missed_stop
+            && (k == 0 || segment.layout.elements > 0)
+            && (k + 1 == self.count() || segment.prev_end == Some(self.cuts[k].1));
+        whole.then_some(segment)
+    }
+
+    /// Report the bytes scanned every 50 ms until the `threads` threads have finished.
+    fn report_progress(
+        &self,
+        finished: &std::sync::mpsc::Receiver<()>,
+        threads: usize,
+        len: u64,
+        progress: &mut dyn FnMut(u64, u64),
+    ) {
+        let mut running = threads;
         while running > 0 {
-            match finished_rx.recv_timeout(std::time::Duration::from_millis(50)) {
+            match finished.recv_timeout(std::time::Duration::from_millis(50)) {
                 Ok(()) => running -= 1,
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                    progress(done.iter().map(|d| d.load(Ordering::Relaxed)).sum(), len)
+                    progress(self.done.iter().map(|d| d.load(Ordering::Relaxed)).sum(), len)
                 }
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
             }
         }
-    });
-    let joined = joined.into_inner().unwrap_or_else(|e| e.into_inner());
-    Ok(match joined.scanned {
-        Some(scanned) if !joined.failed && joined.next == count => Some(scanned),
-        _ => None,
-    })
+    }
+
+    /// The whole trace's index and layout, if every segment was scanned and joined.
+    fn into_scanned(self) -> Option<Scanned> {
+        let count = self.count();
+        let joined = self.joined.into_inner().unwrap_or_else(|e| e.into_inner());
+        match joined.scanned {
+            Some(scanned) if !joined.failed && joined.next == count => Some(scanned),
+            _ => None,
+        }
+    }
 }
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -923,8 +847,8 @@ mod tests {
 
     fn single(path: &Path) -> (TraceIndex, Layout) {
         let no_keys = WriteKeys::default();
-        let mut whole = Segment::new(&no_keys, State::Start, None, None);
-        whole.run(path, 0, &mut Vec::new(), &|_, _| {}).unwrap();
+        let mut whole = Segment::new(&no_keys, None, None);
+        whole.run(Grammar::at_start(), path, 0, &mut Vec::new(), &mut |_, _| {}).unwrap();
         (whole.index, whole.layout)
     }
 

@@ -454,6 +454,23 @@ impl Row {
     }
 }
 
+impl ReplayValue {
+    /// Its totals in `replay`, as JSON fields.
+    fn to_json(&self, replay: &Replay) -> serde_json::Map<String, Json> {
+        let Json::Object(fields) = json!({
+            "value": self.value,
+            "kernels": self.kernels,
+            "total_us": us_i(self.total_ns),
+            "busy_us": us_i(self.busy_ns),
+            "attributed_us": us(self.attributed_ns),
+            "share": ratio(self.attributed_ns, replay.busy_ns as f64),
+        }) else {
+            unreachable!("an object")
+        };
+        fields
+    }
+}
+
 impl Summary {
     /// One row per value per replay, flat (for CSV and data frames).
     pub fn replay_rows(&self) -> Vec<Json> {
@@ -461,19 +478,13 @@ impl Summary {
         for r in &self.replays {
             let trace = self.traces[r.trace].path.display().to_string();
             for v in &r.values {
-                rows.push(json!({
-                    "trace": trace,
-                    "replay": r.correlation,
-                    "value": v.value,
-                    "kernels": v.kernels,
-                    "total_us": us_i(v.total_ns),
-                    "busy_us": us_i(v.busy_ns),
-                    "attributed_us": us(v.attributed_ns),
-                    "share": ratio(v.attributed_ns, r.busy_ns as f64),
-                    "replay_start_us": us_i(r.start_ns),
-                    "replay_span_us": us_i(r.end_ns - r.start_ns),
-                    "replay_busy_us": us_i(r.busy_ns),
-                }));
+                let mut row = json!({"trace": trace, "replay": r.correlation});
+                let fields = row.as_object_mut().expect("an object");
+                fields.extend(v.to_json(r));
+                fields.insert("replay_start_us".into(), json!(us_i(r.start_ns)));
+                fields.insert("replay_span_us".into(), json!(us_i(r.end_ns - r.start_ns)));
+                fields.insert("replay_busy_us".into(), json!(us_i(r.busy_ns)));
+                rows.push(row);
             }
         }
         rows
@@ -552,14 +563,7 @@ impl Summary {
                         "kernels": r.kernels,
                         "total_us": us_i(r.total_ns),
                         "busy_us": us_i(r.busy_ns),
-                        "values": r.values.iter().map(|v| json!({
-                            "value": v.value,
-                            "kernels": v.kernels,
-                            "total_us": us_i(v.total_ns),
-                            "busy_us": us_i(v.busy_ns),
-                            "attributed_us": us(v.attributed_ns),
-                            "share": ratio(v.attributed_ns, r.busy_ns as f64),
-                        })).collect::<Vec<_>>(),
+                        "values": r.values.iter().map(|v| Json::Object(v.to_json(r))).collect::<Vec<_>>(),
                     })
                 })
                 .collect();

@@ -241,22 +241,68 @@ impl Sink {
     }
 }
 
+/// Work for a thread that writes the output, through a bounded queue: what it fails
+/// with is what sending (when it has stopped) and finishing report.
+struct WriterThread<T> {
+    queue: Option<SyncSender<T>>,
+    thread: Option<JoinHandle<io::Result<()>>>,
+    /// The errors where the thread stopped without one of its own, or panicked.
+    stopped: &'static str,
+    panicked: &'static str,
+}
+
+impl<T> WriterThread<T> {
+    /// `thread` writes what is sent to `queue` (itself, or through other threads).
+    fn new(
+        queue: SyncSender<T>,
+        thread: JoinHandle<io::Result<()>>,
+        (stopped, panicked): (&'static str, &'static str),
+    ) -> WriterThread<T> {
+        WriterThread { queue: Some(queue), thread: Some(thread), stopped, panicked }
+    }
+
+    /// Queue `work` (unless the run is cancelled); where the thread has stopped, its error.
+    fn send(&mut self, work: T) -> io::Result<()> {
+        crate::cancel::check()?;
+        if self.queue.as_ref().expect("open").send(work).is_err() {
+            return Err(match self.thread.take().map(|w| w.join()) {
+                Some(Ok(Err(e))) => e,
+                _ => io::Error::other(self.stopped),
+            });
+        }
+        Ok(())
+    }
+
+    /// Close the queue: the thread ends once it has done the work queued.
+    fn close(&mut self) {
+        self.queue = None;
+    }
+
+    /// [`WriterThread::close`], then the thread's result.
+    fn finish(mut self) -> io::Result<()> {
+        self.close();
+        match self.thread.take().expect("writer").join() {
+            Ok(r) => r,
+            Err(_) => Err(io::Error::other(self.panicked)),
+        }
+    }
+}
+
 const WRITE_BLOCK: usize = 1 << 20;
 
 /// Writes on a thread of its own, so that writing overlaps with building the output;
 /// full blocks go one way, empty ones come back.
 pub struct BackgroundWriter {
     pending: direct_io::Block,
-    full: Option<SyncSender<direct_io::Block>>,
+    writer: WriterThread<direct_io::Block>,
     empty: Receiver<direct_io::Block>,
-    writer: Option<JoinHandle<io::Result<()>>>,
 }
 
 impl BackgroundWriter {
     fn new(mut file: DirectFile) -> BackgroundWriter {
         let (full_tx, full_rx) = sync_channel::<direct_io::Block>(2);
         let (empty_tx, empty_rx) = sync_channel::<direct_io::Block>(3);
-        let writer = std::thread::spawn(move || {
+        let thread = std::thread::spawn(move || {
             for mut block in full_rx {
                 file.write_block(&block)?;
                 block.clear();
@@ -264,40 +310,22 @@ impl BackgroundWriter {
             }
             file.flush()
         });
-        BackgroundWriter {
-            pending: direct_io::Block::new(WRITE_BLOCK),
-            full: Some(full_tx),
-            empty: empty_rx,
-            writer: Some(writer),
-        }
+        let writer =
+            WriterThread::new(full_tx, thread, ("the output writer stopped", "the output writer panicked"));
+        BackgroundWriter { pending: direct_io::Block::new(WRITE_BLOCK), writer, empty: empty_rx }
     }
 
     fn send(&mut self) -> io::Result<()> {
-        crate::cancel::check()?;
         let next = self.empty.try_recv().unwrap_or_else(|_| direct_io::Block::new(WRITE_BLOCK));
         let block = std::mem::replace(&mut self.pending, next);
-        if self.full.as_ref().expect("open").send(block).is_err() {
-            return Err(self.writer_error());
-        }
-        Ok(())
-    }
-
-    fn writer_error(&mut self) -> io::Error {
-        match self.writer.take().map(|w| w.join()) {
-            Some(Ok(Err(e))) => e,
-            _ => io::Error::other("the output writer stopped"),
-        }
+        self.writer.send(block)
     }
 
     fn finish(mut self) -> io::Result<()> {
         if !self.pending.is_empty() {
             self.send()?;
         }
-        self.full = None;
-        match self.writer.take().expect("writer").join() {
-            Ok(r) => r,
-            Err(_) => Err(io::Error::other("the output writer panicked")),
-        }
+        self.writer.finish()
     }
 }
 
@@ -357,9 +385,9 @@ struct Compressed {
 pub struct ParallelGz {
     pending: Vec<u8>,
     seq: u64,
-    jobs: Option<SyncSender<GzBlock>>,
+    /// The blocks go to the compressing workers, whose output the thread writes.
+    writer: WriterThread<GzBlock>,
     workers: Vec<JoinHandle<()>>,
-    writer: Option<JoinHandle<io::Result<()>>>,
 }
 
 impl ParallelGz {
@@ -384,45 +412,25 @@ impl ParallelGz {
             })
             .collect();
         drop(done_tx);
-        let writer = std::thread::spawn(move || write_member(file, done_rx));
-        ParallelGz {
-            pending: Vec::with_capacity(GZ_BLOCK),
-            seq: 0,
-            jobs: Some(job_tx),
-            workers,
-            writer: Some(writer),
-        }
+        let thread = std::thread::spawn(move || write_member(file, done_rx));
+        let writer = WriterThread::new(job_tx, thread, ("gzip compression stopped", "gzip writer panicked"));
+        ParallelGz { pending: Vec::with_capacity(GZ_BLOCK), seq: 0, writer, workers }
     }
 
     fn send(&mut self, last: bool) -> io::Result<()> {
-        crate::cancel::check()?;
         let data = std::mem::replace(&mut self.pending, Vec::with_capacity(if last { 0 } else { GZ_BLOCK }));
         let block = GzBlock { seq: self.seq, data, last };
         self.seq += 1;
-        let jobs = self.jobs.as_ref().expect("open");
-        if jobs.send(block).is_err() {
-            return Err(self.writer_error());
-        }
-        Ok(())
-    }
-
-    fn writer_error(&mut self) -> io::Error {
-        match self.writer.take().map(|w| w.join()) {
-            Some(Ok(Err(e))) => e,
-            _ => io::Error::other("gzip compression stopped"),
-        }
+        self.writer.send(block)
     }
 
     pub fn finish(mut self) -> io::Result<()> {
         self.send(true)?;
-        self.jobs = None;
+        self.writer.close();
         for w in self.workers.drain(..) {
             let _ = w.join();
         }
-        match self.writer.take().expect("writer").join() {
-            Ok(r) => r,
-            Err(_) => Err(io::Error::other("gzip writer panicked")),
-        }
+        self.writer.finish()
     }
 }
 
