@@ -366,6 +366,11 @@ class Recorder:
         """One pass over ``graph``'s nodes: every annotatable node in local-id order with
         its kind, kernel launch and annotatable dependencies (through any other nodes)."""
         graphs, ids = backend.graphs, backend.ids
+        walk_topology = getattr(graphs, "walk_topology", None)
+        walked = walk_topology(graph, ids) if walk_topology is not None else None
+        if walked is not None:
+            self._record_walked_topology(graph_id, *walked)
+            return
         forget_function_names = getattr(graphs, "forget_function_names", None)
         if forget_function_names is not None:
             forget_function_names()
@@ -395,6 +400,31 @@ class Recorder:
             else:
                 entry = TopologyNode(local_ids[node], ANNOTATABLE_KINDS[kinds[node]], None, deps, None, None)
             entries.append(entry)
+        with self._lock:
+            self._topology[graph_id] = entries
+
+    def _record_walked_topology(self, graph_id: int, node_count: int, walked: list[tuple]) -> None:
+        """``record_topology`` from one native walk (the driver's ``walk_topology``)."""
+        entries = []
+        for node_id, node_type, name, deps, grid, block in walked:
+            if node_id >> 32 != graph_id:
+                raise RuntimeError(
+                    f"node id {node_id:#x} does not belong to graph {graph_id}: the id "
+                    "source numbers nodes differently than expected"
+                )
+            local_id = node_id & LOCAL_ID_MASK
+            kind = ANNOTATABLE_KINDS[node_type]
+            entries.append(
+                TopologyNode(
+                    local_id,
+                    kind,
+                    name,
+                    tuple(deps),
+                    tuple(grid) if grid is not None else None,  # type: ignore[arg-type]
+                    tuple(block) if block is not None else None,  # type: ignore[arg-type]
+                )
+            )
+        self.set_annotatable(graph_id, [entry.local_id for entry in entries], node_count)
         with self._lock:
             self._topology[graph_id] = entries
 
