@@ -185,6 +185,19 @@ class Recorder:
             with self._lock:
                 self._pending.append((annotation, Span(graph_id, first, end)))
 
+    def add_segments(
+        self, graph_id: int, first: int, end: int, segments: Optional[list], annotation: Annotation
+    ) -> None:
+        """``add_span`` of ``first <= id < end`` and of each ``(first, end)`` of ``segments``."""
+        with self._lock:
+            pending = self._pending
+            if end > first:
+                pending.append((annotation, Span(graph_id, first, end)))
+            if segments is not None:
+                for segment_first, segment_end in segments:
+                    if segment_end > segment_first:
+                        pending.append((annotation, Span(graph_id, segment_first, segment_end)))
+
     def add_stack(self, span: Span, frames: Tuple[str, ...]) -> None:
         """The nodes of ``span`` were launched from ``frames`` (innermost first)."""
         with self._lock:

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from cgfast.capture import _stacks
 from cgfast.capture._backward import BACKWARD_PHASE, claim_backward
-from cgfast.capture._spans import begin_span
+from cgfast.capture._spans import span_position
 from cgfast.capture._state import state
 
 # module -> (its handle, forward annotation, backward annotation or None)
@@ -51,7 +51,7 @@ def _forward_pre_hook(module, args):
     if backend is None:
         return None
     try:
-        start = begin_span(backend)
+        start = span_position(backend)
     except Exception:
         state.recorder.report_failure("reading the capture graph at a module's forward")
         return None
@@ -94,10 +94,7 @@ def _forward_hook(module, args, output):
     except Exception:
         recorder.report_failure("reading the capture graph at a module's forward end")
     else:
-        recorder.add_span(graph_id, first, end, annotation)
-        if segments is not None:
-            for segment_first, segment_end in segments:
-                recorder.add_span(graph_id, segment_first, segment_end, annotation)
+        recorder.add_segments(graph_id, first, end, segments, annotation)
         if frames and frames[-1][1] == graph:
             frames[-1][3] = end
     if sequence is not None:
