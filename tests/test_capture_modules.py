@@ -449,3 +449,26 @@ def test_a_failing_listener_does_not_break_the_capture(fake, monkeypatch, caplog
     assert g.graph_exec is not None
     assert "updating annotation hooks" in caplog.text
     assert {a[0]["module"] for a in capture.get_kernel_annotations().values()} == {"lin", ""}
+
+
+def test_a_child_graph_a_module_adds_gets_its_name_on_the_body(fake):
+    class AddsChildGraph(torch.nn.Module):
+        def forward(self, x):
+            fake.launch("own")
+            fake.child_graph(["body a", "body b"])
+            return x
+
+    model = torch.nn.Sequential(torch.nn.Identity(), AddsChildGraph())
+    with capture.annotate_modules(model, prefix="net"):
+        g = FakeCUDAGraph(fake)
+        with capturing(g):
+            fake.launch("before")
+            model(torch.zeros(1))
+    template = next(node for node in g.graph_exec.graph.nodes if node.body is not None)
+    local = fake.exec_local_ids(template.graph)
+    high = g.graph_exec.id << 32
+    registry = capture.get_kernel_annotations()
+    own = next(node for node in template.graph.nodes if node.launch and node.launch.name == "own")
+    assert registry[high | own.local_id] == [{"module": "net.1"}]
+    assert [registry.get(high | local[node]) for node in template.body.nodes] == [[{"module": "net.1"}]] * 2
+    assert len(registry) == 3  # "before" ran outside the model

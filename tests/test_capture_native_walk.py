@@ -131,8 +131,8 @@ def use_driver():
 
 
 def _workload(driver: FakeGraphDriver) -> FakeCUDAGraph:
-    """Two streams, events, memcpy/memset, a child graph, host-node diamonds, and a join
-    of many streams (more edges than a small buffer holds)."""
+    """Two streams, events, memcpy/memset, host and empty nodes, and a join of many
+    streams (more edges than a small buffer holds)."""
     g = FakeCUDAGraph(driver)
     with capturing(g) as main:
         with capture.mark_kernels({"layer": "first"}):
@@ -145,7 +145,6 @@ def _workload(driver: FakeGraphDriver) -> FakeCUDAGraph:
             driver.memcpy()
         driver.record_event(external=True)
         driver.add_node(3)  # a host node
-        driver.child_graph(["inside"])
         driver.wait_stream(main, side)
         driver.launch("k_after_join")
         forks = [driver.new_stream() for _ in range(12)]
@@ -194,7 +193,7 @@ def test_native_walk_records_what_the_python_walk_records(use_driver, with_edges
 def test_native_node_count_and_walk_of_an_empty_graph(use_driver):
     driver = use_driver(NativeFakeDriver())
     graph = driver._new_graph()
-    assert _cgfast.walk_graph(driver.addresses, graph.handle) == (0, [])
+    assert _cgfast.walk_graph(driver.addresses, graph.handle) == (0, [], 0)
     assert _cgfast.graph_node_count(driver.addresses["get_nodes"], graph.handle) == 0
     g = FakeCUDAGraph(driver, keep_graph=True)
     with capturing(g):
@@ -202,13 +201,29 @@ def test_native_node_count_and_walk_of_an_empty_graph(use_driver):
         driver.add_node(5)
         driver.memcpy()
     assert _cgfast.graph_node_count(driver.addresses["get_nodes"], g.raw_cuda_graph()) == 3
-    count, entries = _cgfast.walk_graph(driver.addresses, g.raw_cuda_graph())
+    count, entries, child_graphs = _cgfast.walk_graph(driver.addresses, g.raw_cuda_graph())
     graph_id = g.template.id
-    assert count == 3
+    assert (count, child_graphs) == (3, 0)
     assert entries == [
         (graph_id << 32, 0, "a", [], [1, 1, 1], [128, 1, 1]),
         (graph_id << 32 | 2, 1, None, [0], None, None),
     ]
+
+
+def test_a_graph_with_child_graphs_is_left_to_the_python_walk(use_driver):
+    driver = use_driver(NativeFakeDriver())
+    g = FakeCUDAGraph(driver, keep_graph=True)
+    with capturing(g):
+        driver.launch("a")
+        driver.child_graph(["inside"])
+    assert _cgfast.walk_graph(driver.addresses, g.raw_cuda_graph()) == (2, [], 1)
+    with capture.recording():
+        g = FakeCUDAGraph(driver)
+        with capturing(g):
+            driver.launch("a")
+            driver.child_graph(["inside"])
+    topology = capture.get_graph_topology()[g.graph_exec.id]
+    assert [node["name"] for node in topology] == ["a", "inside"]  # the body's kernel too
 
 
 def test_a_failing_driver_call_is_an_error_naming_it(use_driver):

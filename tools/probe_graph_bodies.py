@@ -29,47 +29,8 @@ import sys
 import tempfile
 import traceback
 
-CONCURRENT_KERNEL = 10
 SET_CAPTURE_DEPENDENCIES = 1
-
-
-class _KernelRecord(ctypes.Structure):
-    """The leading fields of ``CUpti_ActivityKernel`` 9..11 (packed; same offsets in each)."""
-
-    _pack_ = 1
-    _fields_ = [
-        ("kind", ctypes.c_uint32),
-        ("cacheConfig", ctypes.c_uint8),
-        ("sharedMemoryConfig", ctypes.c_uint8),
-        ("registersPerThread", ctypes.c_uint16),
-        ("partitionedRequested", ctypes.c_int32),
-        ("partitionedExecuted", ctypes.c_int32),
-        ("start", ctypes.c_uint64),
-        ("end", ctypes.c_uint64),
-        ("completed", ctypes.c_uint64),
-        ("deviceId", ctypes.c_uint32),
-        ("contextId", ctypes.c_uint32),
-        ("streamId", ctypes.c_uint32),
-        ("dims", ctypes.c_int32 * 6),
-        ("staticSharedMemory", ctypes.c_int32),
-        ("dynamicSharedMemory", ctypes.c_int32),
-        ("localMemoryPerThread", ctypes.c_uint32),
-        ("localMemoryTotal", ctypes.c_uint32),
-        ("correlationId", ctypes.c_uint32),
-        ("gridId", ctypes.c_int64),
-        ("name", ctypes.c_char_p),
-        ("reserved0", ctypes.c_void_p),
-        ("queued", ctypes.c_uint64),
-        ("submitted", ctypes.c_uint64),
-        ("launchType", ctypes.c_uint8),
-        ("carveoutRequested", ctypes.c_uint8),
-        ("carveout", ctypes.c_uint8),
-        ("padding", ctypes.c_uint8),
-        ("sharedMemoryExecuted", ctypes.c_uint32),
-        ("graphNodeId", ctypes.c_uint64),
-        ("shmemLimitConfig", ctypes.c_int32),
-        ("graphId", ctypes.c_uint32),
-    ]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "gpu"))
 
 
 OPS = {"add": "parent", "abs": "parent", "mul": "child body", "exp": "child body"}
@@ -219,71 +180,15 @@ def replay(replays) -> None:
 
 def run_cupti(result: dict) -> None:
     """Replay with our own CUPTI activity buffers (no torch.profiler in this process)."""
-    from cgfast.capture._id_sources import libcupti_candidates
+    from cupti_records import kernel_records
 
-    lib = None
-    for path in libcupti_candidates(13):
-        try:
-            candidate = ctypes.CDLL(path)
-            if not hasattr(candidate, "cuptiActivityRegisterCallbacks"):
-                continue
-        except (OSError, AttributeError):
-            continue
-        lib = candidate
-        break
-    buffers: dict = {}
-    records: list = []
-    request_type = ctypes.CFUNCTYPE(
-        None,
-        ctypes.POINTER(ctypes.c_void_p),
-        ctypes.POINTER(ctypes.c_size_t),
-        ctypes.POINTER(ctypes.c_size_t),
-    )
-    complete_type = ctypes.CFUNCTYPE(
-        None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t
-    )
-
-    @request_type
-    def requested(buffer, size, max_records):
-        block = ctypes.create_string_buffer(1 << 20)
-        buffers[ctypes.addressof(block)] = block
-        buffer[0] = ctypes.addressof(block)
-        size[0] = 1 << 20
-        max_records[0] = 0
-
-    lib.cuptiActivityGetNextRecord.argtypes = [
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-        ctypes.POINTER(ctypes.c_void_p),
+    with kernel_records() as records:
+        replays = build(result)
+        replay(replays)
+    result["records"] = [
+        dict(record, id_hi=record["graphNodeId"] >> 32, id_lo=record["graphNodeId"] & 0xFFFFFFFF)
+        for record in records
     ]
-
-    @complete_type
-    def completed(context, stream_id, buffer, size, valid):
-        record = ctypes.c_void_p()
-        while lib.cuptiActivityGetNextRecord(buffer, valid, ctypes.byref(record)) == 0:
-            kernel = _KernelRecord.from_address(record.value)
-            if kernel.kind == CONCURRENT_KERNEL:
-                records.append(
-                    {
-                        "name": kernel.name.decode(errors="replace") if kernel.name else None,
-                        "graphNodeId": kernel.graphNodeId,
-                        "id_hi": kernel.graphNodeId >> 32,
-                        "id_lo": kernel.graphNodeId & 0xFFFFFFFF,
-                        "graphId": kernel.graphId,
-                        "correlationId": kernel.correlationId,
-                        "streamId": kernel.streamId,
-                        "start": kernel.start,
-                    }
-                )
-        buffers.pop(buffer, None)
-
-    result["register"] = lib.cuptiActivityRegisterCallbacks(requested, completed)
-    result["enable"] = lib.cuptiActivityEnable(CONCURRENT_KERNEL)
-    replays = build(result)
-    replay(replays)
-    result["flush"] = lib.cuptiActivityFlushAll(1)
-    records.sort(key=lambda r: r["start"])
-    result["records"] = records
 
 
 def run_profiler(result: dict) -> None:

@@ -91,8 +91,9 @@ def _native() -> Any:
 
 
 # One native walk's result: (node count, [(node id, node type, kernel name, dependencies as
-# local ids, grid, block)] of the kernel/memcpy/memset nodes in local-id order).
-NativeWalk = tuple[int, list[tuple[int, int, Optional[str], list[int], Any, Any]]]
+# local ids, grid, block)] of the kernel/memcpy/memset nodes in local-id order, number of
+# child-graph nodes; where there are any, the entries are left empty).
+NativeWalk = tuple[int, list[tuple[int, int, Optional[str], list[int], Any, Any]], int]
 
 
 class LibcudaGraphs:
@@ -144,6 +145,9 @@ class LibcudaGraphs:
         self._kernel_params = _function(
             lib, ("cuGraphKernelNodeGetParams_v2",), [_c_void_p, ctypes.POINTER(_KernelNodeParams)]
         )[1]
+        self._child_graph = self._optional(
+            "cuGraphChildGraphNodeGetGraph", [_c_void_p, ctypes.POINTER(_c_void_p)]
+        )
         name_out = [ctypes.POINTER(ctypes.c_char_p), _c_void_p]
         self._function_name = self._optional("cuFuncGetName", name_out)
         self._kernel_name = self._optional("cuKernelGetName", name_out)
@@ -313,6 +317,13 @@ class LibcudaGraphs:
             (params.gridDimX, params.gridDimY, params.gridDimZ),
             (params.blockDimX, params.blockDimY, params.blockDimZ),
         )
+
+    def child_graph_body(self, node: int) -> int:
+        if self._child_graph is None:
+            raise CudaError("cuGraphChildGraphNodeGetGraph", 0, "not exported by this driver")
+        graph = _c_void_p()
+        self._check("cuGraphChildGraphNodeGetGraph", self._child_graph(node, ctypes.byref(graph)))
+        return graph.value or 0
 
     # -- helpers --------------------------------------------------------------------
 

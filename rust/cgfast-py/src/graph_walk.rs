@@ -24,6 +24,7 @@ type FunctionName = unsafe extern "C" fn(*mut *const c_char, *mut c_void) -> c_i
 const KERNEL: c_int = 0;
 const MEMCPY: c_int = 1;
 const MEMSET: c_int = 2;
+const CHILD_GRAPH: c_int = 4;
 const EDGE_DATA_SIZE: usize = 8; // sizeof(CUgraphEdgeData)
 
 /// `CUDA_KERNEL_NODE_PARAMS_v2`.
@@ -206,19 +207,29 @@ type Entry = (u64, c_int, Option<String>, Vec<u32>, Option<[c_uint; 3]>, Option<
 /// (cuptiGetGraphNodeId), `dependencies` (+ `dependencies_have_edges`: 1 for the `_v2`
 /// signature), `kernel_params` (cuGraphKernelNodeGetParams_v2) and, optionally,
 /// `function_name` / `kernel_name` (cuFuncGetName / cuKernelGetName) to addresses.
-/// Returns `(node_count, entries)`, the entries of the kernel, memcpy and memset nodes in
-/// local-id order, each one's dependencies looked up through every other node.
+/// Returns `(node_count, entries, child_graphs)`: the entries of the kernel, memcpy and
+/// memset nodes in local-id order, each one's dependencies looked up through every other
+/// node, and how many child-graph nodes the graph has (their bodies are not walked here:
+/// where there are any, the caller walks the graph itself).
 #[pyfunction]
-pub fn walk_graph(functions: HashMap<String, usize>, graph: usize) -> PyResult<(usize, Vec<Entry>)> {
+pub fn walk_graph(functions: HashMap<String, usize>, graph: usize) -> PyResult<(usize, Vec<Entry>, usize)> {
     let mut walk = Walk { functions: Functions::from_addresses(&functions)?, names: HashMap::new() };
     let nodes = walk.nodes(graph as *mut c_void)?;
     let mut annotatable: HashMap<usize, (u32, c_int, u64)> = HashMap::new(); // node -> local id, type, id
+    let mut child_graphs = 0;
     for &node in &nodes {
         let kind = walk.node_type(node)?;
+        if kind == CHILD_GRAPH {
+            child_graphs += 1;
+            continue;
+        }
         if matches!(kind, KERNEL | MEMCPY | MEMSET) {
             let id = walk.node_id(node)?;
             annotatable.insert(node as usize, ((id & 0xFFFF_FFFF) as u32, kind, id));
         }
+    }
+    if child_graphs > 0 {
+        return Ok((nodes.len(), Vec::new(), child_graphs));
     }
     let mut ordered: Vec<(usize, u32)> = annotatable.iter().map(|(&node, v)| (node, v.0)).collect();
     ordered.sort_by_key(|&(_, local_id)| local_id);
@@ -243,7 +254,7 @@ pub fn walk_graph(functions: HashMap<String, usize>, graph: usize) -> PyResult<(
         };
         entries.push(entry);
     }
-    Ok((nodes.len(), entries))
+    Ok((nodes.len(), entries, 0))
 }
 
 /// The annotatable ancestors of other nodes (events, joins, allocations, child graphs),
