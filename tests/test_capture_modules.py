@@ -182,30 +182,63 @@ def test_outside_a_capture_hooks_ask_no_driver(fake):
     assert len(capture.get_kernel_annotations()) == 0
 
 
-def test_module_hooks_exist_only_during_a_capture(fake):
+def test_module_calls_are_wrapped_only_during_a_capture(fake):
     from torch.nn.modules import module as nn_module
 
     def global_hooks():
         return len(nn_module._global_forward_pre_hooks) + len(nn_module._global_forward_hooks)
 
+    torch_call = torch.nn.Module.__dict__["__call__"]
     before = global_hooks()
     model = torch.nn.Linear(2, 2)
     seen = []
 
     class Probe(torch.nn.Module):
         def forward(self, x):
-            seen.append(global_hooks())
+            seen.append((global_hooks(), torch.nn.Module.__dict__["__call__"] is torch_call))
             return model(x)
 
     probe = Probe()
     with capture.annotate_modules(probe):
-        assert global_hooks() == before  # no slower module calls outside captures
+        assert torch.nn.Module.__dict__["__call__"] is torch_call  # no slower calls outside captures
         with torch.no_grad():
             probe(torch.zeros(2))
             with capturing(FakeCUDAGraph(fake)):
                 probe(torch.zeros(2))
-        assert global_hooks() == before
-    assert seen == [before, before + 2]
+        assert torch.nn.Module.__dict__["__call__"] is torch_call
+    # no global hook at any time: they would send every module call down torch's slow path
+    assert seen == [(before, True), (before, False)]
+
+
+def test_a_forward_that_raises_inside_a_capture_leaves_no_open_module(fake):
+    class Fails(torch.nn.Module):
+        def forward(self, x):
+            fake.launch("before the error")
+            raise ValueError("boom")
+
+    class Outer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fails = Fails()
+
+        def forward(self, x):
+            try:
+                self.fails(x)
+            except ValueError:
+                pass
+            fake.launch("after")
+            return x
+
+    model = Outer()
+    with capture.annotate_modules(model):
+        g = FakeCUDAGraph(fake)
+        with capturing(g):
+            model(torch.zeros(1))
+    registry = capture.get_kernel_annotations()
+    names = {node.launch.name: node for node in g.graph_exec.graph.nodes}
+    high = g.graph_exec.id << 32
+    assert registry[high | names["before the error"].local_id] == [{"module": "fails"}]
+    assert registry[high | names["after"].local_id] == [{"module": ""}]
 
 
 def test_make_graphed_callables_accepts_an_annotated_model(fake):

@@ -1,10 +1,10 @@
 """``annotate_modules``: every graph node a module's forward (and, through autograd, its
 backward) creates during capture is annotated with the module's name.
 
-Two global module hooks serve every handle. They are registered only while a capture
-through ``torch.cuda.CUDAGraph`` is under way (any global module hook sends every module
-call in the process down torch's slower path), and a module of no active handle costs
-a dict lookup there. Module scopes are spans (``_spans``); the backward of what a
+One wrapper of ``torch.nn.Module.__call__`` serves every handle, doing what a pair of
+global forward hooks would without sending every module call down torch's slower path.
+It is in place only while a capture through ``torch.cuda.CUDAGraph`` is under way, and
+a module of no active handle costs a dict lookup there. Module scopes are spans (``_spans``); the backward of what a
 module's forward made is claimed for it in its forward hook (``_backward``).
 """
 
@@ -110,8 +110,7 @@ _torch_calls: list = []
 
 
 def _sync_hooks() -> None:
-    """Hook modules only while a capture may be under way: with any global module hook,
-    every module call in the process takes torch's slow path (about 3 us more)."""
+    """Hook module calls only while a capture may be under way."""
     _open_frames().clear()  # a capture began or ended: their graph may be gone
     with _registry_lock:
         wanted = bool(_registry) and (
@@ -124,24 +123,48 @@ def _sync_hooks() -> None:
                 _hooks.pop().remove()
 
 
-_forward_hook_options: list = []  # register_module_forward_hook's keywords, read once
+# torch.nn.Module.__call__ as it was before _install_hooks replaced it
+_module_call_of_torch: list = []
+
+
+def _module_call(self, *args, **kwargs):
+    """``torch.nn.Module.__call__`` during captures: the forward hooks' work around
+    torch's own call. Global forward hooks would do the same, but any global module hook
+    sends every module call down torch's slow call path (about 3 us a call)."""
+    call = _module_call_of_torch[0]
+    if self not in _registry:
+        return call(self, *args, **kwargs)
+    _forward_pre_hook(self, args)
+    output = None
+    try:
+        output = call(self, *args, **kwargs)
+    finally:  # also when the forward raises, as torch's always_call hooks
+        _forward_hook(self, args, output)
+    return output
+
+
+class _ModuleCallPatch:
+    """``torch.nn.Module.__call__`` replaced by :func:`_module_call` until ``remove()``."""
+
+    def __init__(self, module_class: Any) -> None:
+        self._class = module_class
+        current = module_class.__dict__["__call__"]
+        if current is not _module_call:
+            _module_call_of_torch[:] = [current]
+            module_class.__call__ = _module_call
+
+    def remove(self) -> None:
+        # Restored only where nobody patched over it since (then it passes calls through
+        # once no handle is active, see _module_call).
+        if self._class.__dict__.get("__call__") is _module_call:
+            self._class.__call__ = _module_call_of_torch[0]
 
 
 def _install_hooks() -> None:
     import torch
-    from torch.nn.modules import module as nn_module
 
     _torch_calls[:] = [torch.is_grad_enabled, torch._C._autograd._get_sequence_nr]
-    if not _forward_hook_options:
-        import inspect
-
-        extra = {}
-        if "always_call" in inspect.signature(nn_module.register_module_forward_hook).parameters:
-            extra["always_call"] = True  # keeps the open frames balanced when a forward raises
-        _forward_hook_options.append(extra)
-
-    _hooks.append(nn_module.register_module_forward_pre_hook(_forward_pre_hook))
-    _hooks.append(nn_module.register_module_forward_hook(_forward_hook, **_forward_hook_options[0]))
+    _hooks.append(_ModuleCallPatch(torch.nn.Module))
 
 
 class ModuleAnnotations:
