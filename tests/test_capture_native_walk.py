@@ -26,6 +26,10 @@ _NODE_TYPE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctyp
 _NODE_ID = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64))
 _DEPS_V2 = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, _NODE_ARRAY, ctypes.c_void_p, _SIZE_P)
 _DEPS_V1 = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, _NODE_ARRAY, _SIZE_P)
+_EDGES_V2 = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.c_void_p, _NODE_ARRAY, _NODE_ARRAY, ctypes.c_void_p, _SIZE_P
+)
+_EDGES_V1 = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, _NODE_ARRAY, _NODE_ARRAY, _SIZE_P)
 _PARAMS = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(_KernelNodeParams))
 _NAME = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_char_p), ctypes.c_void_p)
 
@@ -36,10 +40,11 @@ class NativeFakeDriver(FakeGraphDriver):
     """The fake driver whose capture-end walk goes through ``_cgfast.walk_graph``, as
     ``LibcudaGraphs.walk_topology`` does, on ``ctypes`` callbacks over the fake."""
 
-    def __init__(self, with_edges: bool = True) -> None:
+    def __init__(self, with_edges: bool = True, graph_edges: bool = True) -> None:
         super().__init__()
         self.failing_native: set = set()
         self.walks = 0
+        self.native_calls: dict = {}
         self._names: dict[int, ctypes.Array] = {}  # function handle -> its name's bytes
         self._handles: dict[str, int] = {}  # kernel name -> function handle
         self._callbacks = {
@@ -52,8 +57,13 @@ class NativeFakeDriver(FakeGraphDriver):
             "kernel_params": _PARAMS(self._kernel_params),
             "function_name": _NAME(self._function_name),
         }
+        if graph_edges:
+            self._callbacks["edges"] = (_EDGES_V2 if with_edges else _EDGES_V1)(
+                self._edges_v2 if with_edges else self._edges_v1
+            )
         self.addresses = {name: function_address(fn) for name, fn in self._callbacks.items()}
         self.addresses["dependencies_have_edges"] = int(with_edges)
+        self.addresses["edges_have_data"] = int(with_edges)
 
     def walk_topology(self, graph: int, ids) -> Optional[tuple]:
         self.walks += 1
@@ -84,7 +94,22 @@ class NativeFakeDriver(FakeGraphDriver):
         return 0
 
     def _deps_v1(self, node, out, count):
+        self.native_calls["dependencies"] = self.native_calls.get("dependencies", 0) + 1
         return self._fill([n.handle for n in self._objects[node].deps], out, count)
+
+    def _edges_v1(self, graph, sources, targets, count):
+        self.native_calls["edges"] = self.native_calls.get("edges", 0) + 1
+        edges = [(dep.handle, node.handle) for node in self._objects[graph].nodes for dep in node.deps]
+        if sources:
+            for i, (source, target) in enumerate(edges[: count[0]]):
+                sources[i], targets[i] = source, target
+        count[0] = len(edges)
+        return 0
+
+    def _edges_v2(self, graph, sources, targets, data, count):
+        if sources and not data:
+            return FAILED  # a lossy query: edge data must be asked for with the edges
+        return self._edges_v1(graph, sources, targets, count)
 
     def _deps_v2(self, node, out, edges, count):
         if out and not edges:
@@ -161,9 +186,10 @@ def _workload(driver: FakeGraphDriver) -> FakeCUDAGraph:
 
 
 @pytest.mark.parametrize("with_edges", [True, False])
-def test_native_walk_records_what_the_python_walk_records(use_driver, with_edges):
+@pytest.mark.parametrize("graph_edges", [True, False])
+def test_native_walk_records_what_the_python_walk_records(use_driver, with_edges, graph_edges):
     recorded = []
-    for driver in (FakeGraphDriver(), NativeFakeDriver(with_edges)):
+    for driver in (FakeGraphDriver(), NativeFakeDriver(with_edges, graph_edges)):
         use_driver(driver)
         with capture.recording():
             g = _workload(driver)
@@ -179,6 +205,10 @@ def test_native_walk_records_what_the_python_walk_records(use_driver, with_edges
         recorded
     )
     assert driver.walks == 1
+    # with cuGraphGetEdges: one count query and one fill for the whole graph
+    assert driver.native_calls == (
+        {"edges": 2} if graph_edges else {"dependencies": driver.native_calls["dependencies"]}
+    )
     high = (native_exec - python_exec) << 32
     assert native_topology == [
         {**node, "id": node["id"] + high, "deps": [dep + high for dep in node["deps"]]}

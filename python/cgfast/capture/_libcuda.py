@@ -145,6 +145,15 @@ class LibcudaGraphs:
         self._kernel_params = _function(
             lib, ("cuGraphKernelNodeGetParams_v2",), [_c_void_p, ctypes.POINTER(_KernelNodeParams)]
         )[1]
+        # every edge of a graph in one call, for the native walk (CUDA >= 12.3 has _v2)
+        self._edges_have_data = False
+        self._edges = self._optional(
+            "cuGraphGetEdges_v2", [_c_void_p, _NODE_ARRAY, _NODE_ARRAY, _c_void_p, size_p]
+        )
+        if self._edges is not None:
+            self._edges_have_data = True
+        else:
+            self._edges = self._optional("cuGraphGetEdges", [_c_void_p, _NODE_ARRAY, _NODE_ARRAY, size_p])
         self._child_graph = self._optional(
             "cuGraphChildGraphNodeGetGraph", [_c_void_p, ctypes.POINTER(_c_void_p)]
         )
@@ -177,6 +186,8 @@ class LibcudaGraphs:
             "node_id": node_id_address,
             "dependencies": function_address(self._dependencies),
             "dependencies_have_edges": int(self._dependencies_have_edges),
+            "edges": function_address(self._edges) if self._edges else 0,
+            "edges_have_data": int(self._edges_have_data),
             "kernel_params": function_address(self._kernel_params),
             "function_name": function_address(self._function_name) if self._function_name else 0,
             "kernel_name": function_address(self._kernel_name) if self._kernel_name else 0,

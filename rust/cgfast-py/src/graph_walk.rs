@@ -18,6 +18,9 @@ type NodeType = unsafe extern "C" fn(Node, *mut c_int) -> c_int;
 type NodeId = unsafe extern "C" fn(Node, *mut u64) -> c_int;
 type DependenciesWithEdges = unsafe extern "C" fn(Node, *mut Node, *mut c_void, *mut usize) -> c_int;
 type Dependencies = unsafe extern "C" fn(Node, *mut Node, *mut usize) -> c_int;
+type EdgesWithData =
+    unsafe extern "C" fn(*mut c_void, *mut Node, *mut Node, *mut c_void, *mut usize) -> c_int;
+type Edges = unsafe extern "C" fn(*mut c_void, *mut Node, *mut Node, *mut usize) -> c_int;
 type KernelParams = unsafe extern "C" fn(Node, *mut KernelNodeParams) -> c_int;
 type FunctionName = unsafe extern "C" fn(*mut *const c_char, *mut c_void) -> c_int;
 
@@ -47,6 +50,9 @@ struct Functions {
     node_id: NodeId,
     dependencies: usize,
     dependencies_have_edges: bool,
+    /// cuGraphGetEdges(_v2): every edge of a graph in one call (0: ask node by node)
+    edges: usize,
+    edges_have_data: bool,
     kernel_params: KernelParams,
     function_name: Option<FunctionName>,
     kernel_name: Option<FunctionName>,
@@ -71,6 +77,8 @@ impl Functions {
                 node_id: std::mem::transmute::<usize, NodeId>(required(get("node_id"), "node_id")?),
                 dependencies: required(get("dependencies"), "dependencies")?,
                 dependencies_have_edges: get("dependencies_have_edges") != 0,
+                edges: get("edges"),
+                edges_have_data: get("edges_have_data") != 0,
                 kernel_params: std::mem::transmute::<usize, KernelParams>(required(
                     get("kernel_params"),
                     "kernel_params",
@@ -99,6 +107,8 @@ struct Walk {
     functions: Functions,
     /// function or kernel handle -> its name, read once per walk
     names: HashMap<(bool, usize), Option<String>>,
+    /// node -> its dependencies, from one cuGraphGetEdges call where the driver has it
+    dependencies: Option<HashMap<usize, Vec<Node>>>,
 }
 
 impl Walk {
@@ -146,7 +156,51 @@ impl Walk {
         }
     }
 
+    fn call_edges(&self, graph: *mut c_void, from: *mut Node, to: *mut Node, count: &mut usize) -> c_int {
+        // SAFETY: `edges` is cuGraphGetEdges(_v2), which signature the flag says; `from`
+        // and `to` are null (a count query) or have room for `count` entries, and so has the
+        // edge data asked for with them (else edges with non-default data fail as lossy).
+        unsafe {
+            if self.functions.edges_have_data {
+                let call = std::mem::transmute::<usize, EdgesWithData>(self.functions.edges);
+                if from.is_null() {
+                    return call(graph, from, to, std::ptr::null_mut(), count);
+                }
+                let mut data = vec![0u8; EDGE_DATA_SIZE * *count];
+                call(graph, from, to, data.as_mut_ptr() as *mut c_void, count)
+            } else {
+                std::mem::transmute::<usize, Edges>(self.functions.edges)(graph, from, to, count)
+            }
+        }
+    }
+
+    /// Every node's dependencies from one edge list (two calls), where the driver has it.
+    fn read_edges(&mut self, graph: *mut c_void) -> PyResult<()> {
+        if self.functions.edges == 0 {
+            return Ok(());
+        }
+        let mut count = 0usize;
+        let code = self.call_edges(graph, std::ptr::null_mut(), std::ptr::null_mut(), &mut count);
+        check("cuGraphGetEdges", code)?;
+        let mut from = vec![std::ptr::null_mut(); count];
+        let mut to = vec![std::ptr::null_mut(); count];
+        let mut filled = count;
+        if count > 0 {
+            let code = self.call_edges(graph, from.as_mut_ptr(), to.as_mut_ptr(), &mut filled);
+            check("cuGraphGetEdges", code)?;
+        }
+        let mut dependencies: HashMap<usize, Vec<Node>> = HashMap::new();
+        for (&source, &target) in from.iter().zip(&to).take(filled.min(count)) {
+            dependencies.entry(target as usize).or_default().push(source);
+        }
+        self.dependencies = Some(dependencies);
+        Ok(())
+    }
+
     fn dependencies(&self, node: Node) -> PyResult<Vec<Node>> {
+        if let Some(known) = &self.dependencies {
+            return Ok(known.get(&(node as usize)).cloned().unwrap_or_default());
+        }
         let mut count = 0usize;
         let code = self.call_dependencies(node, std::ptr::null_mut(), std::ptr::null_mut(), &mut count);
         check("cuGraphNodeGetDependencies", code)?;
@@ -205,7 +259,8 @@ type Entry = (u64, c_int, Option<String>, Vec<u32>, Option<[c_uint; 3]>, Option<
 
 /// Walk `graph` once. `functions` maps `get_nodes`, `node_type`, `node_id`
 /// (cuptiGetGraphNodeId), `dependencies` (+ `dependencies_have_edges`: 1 for the `_v2`
-/// signature), `kernel_params` (cuGraphKernelNodeGetParams_v2) and, optionally,
+/// signature), optionally `edges` (cuGraphGetEdges; + `edges_have_data`: 1 for `_v2`: then
+/// the dependencies come from one edge list instead of a call per node), `kernel_params` (cuGraphKernelNodeGetParams_v2) and, optionally,
 /// `function_name` / `kernel_name` (cuFuncGetName / cuKernelGetName) to addresses.
 /// Returns `(node_count, entries, child_graphs)`: the entries of the kernel, memcpy and
 /// memset nodes in local-id order, each one's dependencies looked up through every other
@@ -213,7 +268,8 @@ type Entry = (u64, c_int, Option<String>, Vec<u32>, Option<[c_uint; 3]>, Option<
 /// where there are any, the caller walks the graph itself).
 #[pyfunction]
 pub fn walk_graph(functions: HashMap<String, usize>, graph: usize) -> PyResult<(usize, Vec<Entry>, usize)> {
-    let mut walk = Walk { functions: Functions::from_addresses(&functions)?, names: HashMap::new() };
+    let mut walk =
+        Walk { functions: Functions::from_addresses(&functions)?, names: HashMap::new(), dependencies: None };
     let nodes = walk.nodes(graph as *mut c_void)?;
     let mut annotatable: HashMap<usize, (u32, c_int, u64)> = HashMap::new(); // node -> local id, type, id
     let mut child_graphs = 0;
@@ -231,6 +287,7 @@ pub fn walk_graph(functions: HashMap<String, usize>, graph: usize) -> PyResult<(
     if child_graphs > 0 {
         return Ok((nodes.len(), Vec::new(), child_graphs));
     }
+    walk.read_edges(graph as *mut c_void)?;
     let mut ordered: Vec<(usize, u32)> = annotatable.iter().map(|(&node, v)| (node, v.0)).collect();
     ordered.sort_by_key(|&(_, local_id)| local_id);
     let mut through = Collapser { annotatable: &annotatable, ancestors: HashMap::new() };
