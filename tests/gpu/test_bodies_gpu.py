@@ -7,6 +7,8 @@ of its own (``cupti_records``); each kernel's expected annotation follows from i
 (every op appears in one place only). The graph: ``add`` in a ``mark_kernels("before")``
 scope, a module adding a child graph whose body runs ``mul`` and ``exp``, a second module
 adding one running ``cos`` and ``sin``, then ``abs`` in ``mark_kernels("after")``.
+A second test replays it under torch.profiler with cgfast's trace handler and checks the
+annotated trace (torch <= 2.12: ids recovered from the topology, body kernels included).
 """
 
 from __future__ import annotations
@@ -36,13 +38,10 @@ def op_of(kernel_name: str):
     return found[0] if len(found) == 1 else None
 
 
-def measure(out_path: str) -> None:
-    """In a process of its own: capture, replay twice under CUPTI activity, write the
-    records with cgfast's annotations and topology of the graph."""
+def capture_graph():
+    """The graph of this file's docstring, captured with cgfast recording; returns it, its
+    exec id, and what it uses (kept alive by the caller)."""
     import torch
-
-    sys.path.insert(0, HERE)
-    from cupti_records import kernel_records
 
     from cgfast import capture
     from cgfast.capture._state import state
@@ -99,7 +98,20 @@ def measure(out_path: str) -> None:
         with capture.mark_kernels("after"):
             x.abs_()
     torch.cuda.synchronize()
-    exec_id = state.backend().ids.exec_id(graph.raw_cuda_graph_exec())
+    return graph, state.backend().ids.exec_id(graph.raw_cuda_graph_exec()), (bodies, model, x)
+
+
+def measure(out_path: str) -> None:
+    """In a process of its own: capture, replay twice under CUPTI activity, write the
+    records with cgfast's annotations and topology of the graph."""
+    import torch
+
+    sys.path.insert(0, HERE)
+    from cupti_records import kernel_records
+
+    from cgfast import capture
+
+    graph, exec_id, _ = capture_graph()
     with kernel_records() as records:
         for _ in range(2):
             graph.replay()
@@ -114,6 +126,41 @@ def measure(out_path: str) -> None:
     }
     with open(out_path, "w") as out:
         json.dump(result, out, indent=1)
+
+
+def profile(out_path: str, directory: str) -> None:
+    """In a process of its own: capture, replay three times under torch.profiler with
+    cgfast's trace handler (torch <= 2.12 writes no graph node id: recovery gives them),
+    write every replayed kernel event of the annotated trace."""
+    import gzip
+
+    import torch
+
+    from cgfast.profiler import trace_handler
+
+    graph, exec_id, _ = capture_graph()
+    graph.replay()
+    torch.cuda.synchronize()
+    handler = trace_handler(directory)
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities, on_trace_ready=handler):
+        for _ in range(3):
+            graph.replay()
+        torch.cuda.synchronize()
+    with gzip.open(handler.annotate_result["output"], "rt") as annotated_file:
+        events = json.load(annotated_file)["traceEvents"]
+    launches = {
+        e["args"]["correlation"]
+        for e in events
+        if e.get("cat") == "cuda_runtime" and e.get("name", "").startswith("cudaGraphLaunch")
+    }
+    kernels = [
+        {"name": e["name"], "args": e["args"]}
+        for e in events
+        if e.get("cat") == "kernel" and e.get("args", {}).get("correlation") in launches
+    ]
+    with open(out_path, "w") as out:
+        json.dump({"exec_id": exec_id, "kernels": kernels}, out, indent=1)
 
 
 def test_child_graph_body_kernels_carry_the_scope_of_their_child_node(tmp_path):
@@ -145,5 +192,46 @@ def test_child_graph_body_kernels_carry_the_scope_of_their_child_node(tmp_path):
     assert sorted(set(result["topology_ids"])) == sorted({r["graphNodeId"] for r in replayed})
 
 
+def test_child_graph_body_kernels_are_annotated_in_a_profiler_trace(tmp_path):
+    """The same graph through torch.profiler and cgfast's trace handler: every kernel of
+    every replay, body kernels included, gets its node id (recovered from the topology
+    on torch <= 2.12) and the annotation of its scope or module."""
+    out_path = str(tmp_path / "trace_kernels.json")
+    done = subprocess.run(
+        [sys.executable, __file__, out_path, str(tmp_path / "traces")],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    with open(out_path) as result_file:
+        result = json.load(result_file)
+    kernels = result["kernels"]
+
+    def right(kernel) -> bool:
+        expected = EXPECTED.get(op_of(kernel["name"]))
+        got = {key: value for key, value in kernel["args"].items() if key in ("name", "module")}
+        return (
+            expected is not None
+            and bool(kernel["args"].get("graph node id"))
+            and got == {key: str(value) for key, value in expected.items()}
+        )
+
+    wrong = [kernel for kernel in kernels if not right(kernel)]
+    out_dir = os.environ.get("CGFAST_E2E_OUT")
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, "bodies_trace_gpu.json"), "w") as out:
+            json.dump(
+                {"replayed_kernels": len(kernels), "wrong": len(wrong), "kernels": kernels}, out, indent=1
+            )
+    assert len(kernels) == 3 * len(EXPECTED)
+    assert wrong == [], json.dumps(wrong[:4], indent=1)
+
+
 if __name__ == "__main__":
-    measure(sys.argv[1])
+    if len(sys.argv) == 3:
+        profile(sys.argv[1], sys.argv[2])
+    else:
+        measure(sys.argv[1])
