@@ -1,6 +1,7 @@
 """Cost of cgfast.capture.annotate_modules.
 
     python bench/bench_modules.py [--json out.json] [--models resnet50,vit_small_patch16_224]
+                                  [--repeat N] [--profile DIR]
 
 Always (CPU or GPU): the cost per module call outside any capture, without and with
 an active handle (the hooks' flag check), and with a pair of global hooks that do
@@ -12,6 +13,11 @@ with ``stacks=True``), and with a
 ``mark_kernels`` scope per module (what hand-written hooks cost before), median of
 ``--repeat`` captures each, interleaved; then each model's ratio to a plain capture
 against the target (annotate_modules at most 1.5x plain).
+With ``--profile DIR`` also where an annotated capture's extra time goes: cgfast's parts
+timed by wrapping them (module hooks, capture begin/end, topology walk, resolve, hook
+(un)installation), garbage collection, each driver query timed on the model's graph,
+torch's slow call path under two no-op global hooks, and a cProfile of one annotated
+capture written to DIR.
 """
 
 from __future__ import annotations
@@ -188,6 +194,32 @@ class _Timers:
             setattr(owner, attr, original)
 
 
+class _GcTime:
+    """Time spent in Python's garbage collections while active (``gc.callbacks``); the
+    full collection ``torch.cuda.graph`` starts each capture with included."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._start: float = 0.0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._start
+
+    def __enter__(self) -> _GcTime:
+        import gc
+
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import gc
+
+        gc.callbacks.remove(self)
+
+
 def _per_call_us(fn, args_list, rounds: int = 5) -> float:
     """Best of ``rounds`` of calling ``fn`` on each of ``args_list``, in us per call."""
     best = float("inf")
@@ -260,9 +292,11 @@ def profile_capture(model, x, repeat: int, out_dir: str, name: str) -> dict:
 
     figures: dict = {"driver_call_us": driver_call_costs(model, x)}
     # torch's slow module-call path during a capture: two global hooks that do nothing
-    noop_ms, plain_ms = [], []
+    noop_ms, plain_ms, plain_gc_ms, annotated_gc_ms = [], [], [], []
     for _ in range(repeat):
-        plain_ms.append(capture_ms(model, x))
+        with _GcTime() as gc_time:
+            plain_ms.append(capture_ms(model, x))
+        plain_gc_ms.append(gc_time.seconds * 1e3)
         hooks = [
             nn_module.register_module_forward_pre_hook(lambda module, args: None),
             nn_module.register_module_forward_hook(lambda module, args, output: None, always_call=True),
@@ -289,7 +323,9 @@ def profile_capture(model, x, repeat: int, out_dir: str, name: str) -> dict:
         timers.wrap(state, "_tell_listeners", "capture_listeners")
         handle = capture.annotate_modules(model)
         try:
-            totals.append(capture_ms(model, x))
+            with _GcTime() as gc_time:
+                totals.append(capture_ms(model, x))
+            annotated_gc_ms.append(gc_time.seconds * 1e3)
         finally:
             handle.remove()
             timers.restore()
@@ -298,11 +334,22 @@ def profile_capture(model, x, repeat: int, out_dir: str, name: str) -> dict:
             parts.setdefault(label, []).append(seconds * 1e3)
         figures.setdefault("calls", dict(timers.calls))
     figures["annotated_ms"] = statistics.median(totals)
+    figures["gc_ms"] = {
+        "plain": statistics.median(plain_gc_ms),
+        "annotated": statistics.median(annotated_gc_ms),
+    }
     figures["parts_ms"] = {label: statistics.median(values) for label, values in parts.items()}
     accounted = sum(
         figures["parts_ms"].get(label, 0.0)
-        for label in ("forward_pre_hook", "forward_hook", "on_capture_begin", "on_capture_end")
-    ) + figures["parts_ms"].get("on_instantiated", 0.0)
+        for label in (
+            "forward_pre_hook",
+            "forward_hook",
+            "on_capture_begin",
+            "on_capture_end",
+            "on_instantiated",
+            "capture_listeners",
+        )
+    )
     figures["unaccounted_ms"] = figures["annotated_ms"] - figures["plain_ms"] - accounted
     os.makedirs(out_dir, exist_ok=True)
     profiler = cProfile.Profile()
