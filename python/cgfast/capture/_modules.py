@@ -270,8 +270,10 @@ def annotate_modules(
     or ``""``). With ``backward``, nodes its backward creates during a captured
     backward get that annotation plus ``"autograd_phase": "backward"``.
 
-    Uses global module hooks, so ``torch.cuda.make_graphed_callables`` accepts the
-    model. Enables annotations (like :func:`enable_annotations`) while active; the
+    Wraps ``torch.nn.Module.__call__`` while active (no hook on any module, and no
+    global hook sending every module call down torch's slower path), so
+    ``torch.cuda.make_graphed_callables`` accepts the model; outside captures a module
+    call costs a flag check more. Enables annotations (like :func:`enable_annotations`) while active; the
     handle's ``remove()`` turns them off again if they were off before. Composes with
     ``mark_kernels`` scopes: the innermost scope wins on common keys.
 
