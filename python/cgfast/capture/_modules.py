@@ -273,9 +273,10 @@ def annotate_modules(
     Wraps ``torch.nn.Module.__call__`` while active (no hook on any module, and no
     global hook sending every module call down torch's slower path), so
     ``torch.cuda.make_graphed_callables`` accepts the model; outside captures a module
-    call costs a flag check more. Enables annotations (like :func:`enable_annotations`) while active; the
-    handle's ``remove()`` turns them off again if they were off before. Composes with
-    ``mark_kernels`` scopes: the innermost scope wins on common keys.
+    call costs a flag check more. Enables annotations (like :func:`enable_annotations`)
+    while active; the handle's ``remove()`` turns them off again if they were off
+    before. Composes with ``mark_kernels`` scopes: the innermost scope wins on common
+    keys.
 
     With ``stacks``, every node also gets the user Python frames that launched it
     (see :func:`get_kernel_stacks`), filtered like torch 2.15 filters them or by the
