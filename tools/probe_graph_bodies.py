@@ -213,29 +213,37 @@ def run_profiler(result: dict) -> None:
 
 
 def analyse(cupti: dict, profiler: dict) -> dict:
-    """Per body kernel record: does its graphNodeId equal a node id read at capture?"""
+    """Per kernel record of a probe graph's replays: which id read at capture it equals,
+    among the capture graph's and the bodies' own ids (``cuptiGetGraphNodeId``), and the
+    capture graph's local ids rekeyed to the executable graph, with body nodes numbered
+    after the parent's nodes, body by body (what cgfast.capture keys them by)."""
     findings: dict = {}
     for graph in ("child", "conditional"):
         parent = cupti.get(f"{graph}_parent")
         if parent is None:
             continue
+        exec_id = cupti.get(f"{graph}_exec_id")
+        high = exec_id << 32
         known = {}
+        offset = len(parent["nodes"])
         for entry in parent["nodes"]:
-            known[entry["id"]] = f"parent node (type {entry['type']})"
-            for inner in (
-                entry.get("embedded", {}).get("nodes", []) if isinstance(entry.get("embedded"), dict) else []
-            ):
-                known[inner["id"]] = f"embedded child node {inner.get('name')}"
+            known[entry["id"]] = f"capture graph node {entry['id_lo']} (its own id)"
+            known[high | entry["id_lo"]] = f"capture graph node {entry['id_lo']}, rekeyed to the exec graph"
+            embedded = entry.get("embedded")
+            for inner in embedded.get("nodes", []) if isinstance(embedded, dict) else []:
+                known[inner["id"]] = f"embedded body node {inner['id_lo']} (its own id)"
+                known[high | (offset + inner["id_lo"])] = (
+                    f"embedded body node {inner['id_lo']}, numbered after the parent's nodes"
+                )
+            if isinstance(embedded, dict):
+                offset += len(embedded.get("nodes", []))
         body = cupti.get("child_body_original" if graph == "child" else "conditional_body") or {}
         for entry in body.get("nodes", []):
-            known[entry["id"]] = f"body graph node {entry.get('name')}"
-        exec_id = cupti.get(f"{graph}_exec_id")
+            known.setdefault(entry["id"], f"body graph node {entry['id_lo']} (its own id)")
         seen = []
         for record in cupti.get("records", []):
             op = op_of(record["name"] or "")
-            if op is None or record["graphId"] == 0:
-                continue
-            if record["graphId"] != exec_id and record["id_hi"] != exec_id:
+            if op is None or (record["graphId"] != exec_id and record["id_hi"] != exec_id):
                 continue
             seen.append(
                 {
@@ -246,7 +254,6 @@ def analyse(cupti: dict, profiler: dict) -> dict:
                     "lo": record["id_lo"],
                     "graphId": record["graphId"],
                     "equals": known.get(record["graphNodeId"]),
-                    "hi_is_exec": record["id_hi"] == exec_id,
                 }
             )
         findings[graph] = {"exec_id": exec_id, "kernels": seen}
