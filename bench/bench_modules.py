@@ -1,6 +1,7 @@
 """Cost of cgfast.capture.annotate_modules.
 
     python bench/bench_modules.py [--json out.json] [--models resnet50,vit_small_patch16_224]
+                                  [--repeat N] [--profile DIR]
 
 Always (CPU or GPU): the cost per module call outside any capture, without and with
 an active handle (the hooks' flag check), and with a pair of global hooks that do
@@ -12,6 +13,11 @@ with ``stacks=True``), and with a
 ``mark_kernels`` scope per module (what hand-written hooks cost before), median of
 ``--repeat`` captures each, interleaved; then each model's ratio to a plain capture
 against the target (annotate_modules at most 1.5x plain).
+With ``--profile DIR`` also where an annotated capture's extra time goes: cgfast's parts
+timed by wrapping them (module hooks, capture begin/end, topology walk, resolve, hook
+(un)installation), garbage collection, each driver query timed on the model's graph,
+torch's slow call path under two no-op global hooks, and a cProfile of one annotated
+capture written to DIR.
 """
 
 from __future__ import annotations
@@ -159,12 +165,219 @@ def capture_figures(model, x, repeat: int) -> dict:
     }
 
 
+class _Timers:
+    """Accumulated wall time and calls of wrapped functions (``--profile``)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict = {}
+        self.calls: dict = {}
+        self._undo: list = []
+
+    def wrap(self, owner, attr: str, label: str) -> None:
+        original = getattr(owner, attr)
+        timers = self
+
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                timers.seconds[label] = timers.seconds.get(label, 0.0) + time.perf_counter() - start
+                timers.calls[label] = timers.calls.get(label, 0) + 1
+
+        setattr(owner, attr, timed)
+        self._undo.append((owner, attr, original))
+
+    def restore(self) -> None:
+        while self._undo:
+            owner, attr, original = self._undo.pop()
+            setattr(owner, attr, original)
+
+
+class _GcTime:
+    """Time spent in Python's garbage collections while active (``gc.callbacks``); the
+    full collection ``torch.cuda.graph`` starts each capture with included."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._start: float = 0.0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._start
+
+    def __enter__(self) -> _GcTime:
+        import gc
+
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import gc
+
+        gc.callbacks.remove(self)
+
+
+def _per_call_us(fn, args_list, rounds: int = 5) -> float:
+    """Best of ``rounds`` of calling ``fn`` on each of ``args_list``, in us per call."""
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for args in args_list:
+            fn(*args)
+        best = min(best, time.perf_counter() - start)
+    return best * 1e6 / max(1, len(args_list))
+
+
+def driver_call_costs(model, x) -> dict:
+    """Inside a capture of ``model(x)``: us per driver query cgfast makes per module
+    boundary and per node at capture end, on the real graph."""
+    from cgfast.capture._state import state
+
+    backend = state.backend()
+    graphs, ids, streams = backend.graphs, backend.ids, backend.streams
+    g = torch.cuda.CUDAGraph()
+    costs: dict = {}
+    with torch.no_grad(), torch.cuda.graph(g):
+        model(x)
+        stream = streams.current_stream()
+        graph = graphs.capture_graph(stream)
+        nodes = graphs.nodes(graph)
+        kernels = [n for n in nodes if graphs.node_type(n) == 0]
+        costs["nodes_in_graph"] = len(nodes)
+        costs["kernels_in_graph"] = len(kernels)
+        many = [()] * 1000
+        costs["capturing_stream"] = _per_call_us(streams.capturing_stream, many)
+        costs["current_stream"] = _per_call_us(streams.current_stream, many)
+        costs["capture_graph"] = _per_call_us(lambda: graphs.capture_graph(stream), many)
+        costs["node_count"] = _per_call_us(lambda: graphs.node_count(graph), many)
+        costs["nodes_whole_graph_us"] = _per_call_us(lambda: graphs.nodes(graph), [()])
+        each = [(n,) for n in nodes]
+        costs["node_type"] = _per_call_us(graphs.node_type, each)
+        costs["node_id"] = _per_call_us(ids.node_id, each)
+        costs["dependencies"] = _per_call_us(graphs.dependencies, each)
+        costs["dependents"] = _per_call_us(graphs.dependents, each)
+
+        def launch(node):
+            graphs.forget_function_names()
+            return graphs.kernel_launch(node)
+
+        costs["kernel_launch_uncached_name"] = _per_call_us(launch, [(n,) for n in kernels])
+        costs["kernel_launch_cached_name"] = _per_call_us(graphs.kernel_launch, [(n,) for n in kernels])
+        recorder = state.recorder
+
+        def topology():
+            recorder.record_topology(backend, graph, ids.graph_id(graph))
+
+        costs["record_topology_whole_graph_us"] = _per_call_us(topology, [()])
+        recorder.clear()
+    del g
+    return costs
+
+
+def profile_capture(model, x, repeat: int, out_dir: str, name: str) -> dict:
+    """Where an annotated capture's extra time goes: cgfast's hooks, the capture-end
+    work, the driver calls one by one, torch's slow call path (no-op global hooks); and a
+    cProfile of one annotated capture written to ``out_dir``."""
+    import cProfile
+    import os
+    import pstats
+
+    from torch.nn.modules import module as nn_module
+
+    from cgfast.capture import _core, _graphs, _modules
+    from cgfast.capture._state import state
+
+    figures: dict = {"driver_call_us": driver_call_costs(model, x)}
+    # torch's slow module-call path during a capture: two global hooks that do nothing
+    noop_ms, plain_ms, plain_gc_ms, annotated_gc_ms = [], [], [], []
+    for _ in range(repeat):
+        with _GcTime() as gc_time:
+            plain_ms.append(capture_ms(model, x))
+        plain_gc_ms.append(gc_time.seconds * 1e3)
+        hooks = [
+            nn_module.register_module_forward_pre_hook(lambda module, args: None),
+            nn_module.register_module_forward_hook(lambda module, args, output: None, always_call=True),
+        ]
+        try:
+            noop_ms.append(capture_ms(model, x))
+        finally:
+            for hook in hooks:
+                hook.remove()
+    figures["plain_ms"] = statistics.median(plain_ms)
+    figures["noop_global_hooks_ms"] = statistics.median(noop_ms)
+    # cgfast's parts of an annotated capture, timed by wrapping them (medians over repeat)
+    parts: dict = {}
+    totals = []
+    for _ in range(repeat):
+        timers = _Timers()
+        timers.wrap(_modules, "_forward_pre_hook", "forward_pre_hook")
+        timers.wrap(_modules, "_forward_hook", "forward_hook")
+        timers.wrap(_graphs, "on_capture_begin", "on_capture_begin")
+        timers.wrap(_graphs, "on_capture_end", "on_capture_end")
+        timers.wrap(_graphs, "on_instantiated", "on_instantiated")
+        timers.wrap(_core.Recorder, "record_topology", "record_topology")
+        timers.wrap(_core.Recorder, "resolve", "resolve")
+        timers.wrap(state, "_tell_listeners", "capture_listeners")
+        handle = capture.annotate_modules(model)
+        try:
+            with _GcTime() as gc_time:
+                totals.append(capture_ms(model, x))
+            annotated_gc_ms.append(gc_time.seconds * 1e3)
+        finally:
+            handle.remove()
+            timers.restore()
+            capture.clear_kernel_annotations()
+        for label, seconds in timers.seconds.items():
+            parts.setdefault(label, []).append(seconds * 1e3)
+        figures.setdefault("calls", dict(timers.calls))
+    figures["annotated_ms"] = statistics.median(totals)
+    figures["gc_ms"] = {
+        "plain": statistics.median(plain_gc_ms),
+        "annotated": statistics.median(annotated_gc_ms),
+    }
+    figures["parts_ms"] = {label: statistics.median(values) for label, values in parts.items()}
+    accounted = sum(
+        figures["parts_ms"].get(label, 0.0)
+        for label in (
+            "forward_pre_hook",
+            "forward_hook",
+            "on_capture_begin",
+            "on_capture_end",
+            "on_instantiated",
+            "capture_listeners",
+        )
+    )
+    figures["unaccounted_ms"] = figures["annotated_ms"] - figures["plain_ms"] - accounted
+    os.makedirs(out_dir, exist_ok=True)
+    profiler = cProfile.Profile()
+    handle = capture.annotate_modules(model)
+    try:
+        profiler.enable()
+        capture_ms(model, x)
+        profiler.disable()
+    finally:
+        handle.remove()
+        capture.clear_kernel_annotations()
+    with open(os.path.join(out_dir, f"cprofile_{name}.txt"), "w") as out:
+        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(45)
+        pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(45)
+    return figures
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="also write the figures here")
     parser.add_argument("--models", default="resnet50,vit_small_patch16_224")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="also break an annotated capture's cost down (GPU only; cProfile output into DIR)",
+    )
     args = parser.parse_args(argv)
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
@@ -183,6 +396,8 @@ def main(argv=None) -> int:
         figures = {"modules": sum(1 for _ in model.modules())}
         if cuda:
             figures.update(capture_figures(model, x, args.repeat))
+            if args.profile:
+                figures["profile"] = profile_capture(model, x, args.repeat, args.profile, name)
         results["models"][name] = figures
         print(name, json.dumps(figures), flush=True)
         if cuda:

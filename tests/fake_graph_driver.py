@@ -276,6 +276,27 @@ class FakeGraphDriver:
             raise RuntimeError("not a kernel node")
         return launch
 
+    def child_graph_body(self, node: int) -> int:
+        self._count("child_graph_body")
+        body = self._objects[node].body
+        if body is None:
+            raise RuntimeError("not a child graph node")
+        return body.handle
+
+    def exec_local_ids(self, graph: FakeGraph) -> Dict[FakeNode, int]:
+        """What CUPTI reports as the local id of each node of ``graph``'s instance, as
+        measured on the H200 (tools/probe_graph_bodies.py): a node keeps its own, and the
+        nodes of child-graph bodies follow the parent's, body by body in the order of
+        their child nodes."""
+        local_ids = {node: node.local_id for node in graph.nodes}
+        offset = len(graph.nodes)
+        for node in graph.nodes:
+            if node.type == NodeType.GRAPH and node.body is not None:
+                for inner in node.body.nodes:
+                    local_ids[inner] = offset + inner.local_id
+                offset += len(node.body.nodes)
+        return local_ids
+
     # -- IdSource --------------------------------------------------------------------------
 
     def node_id(self, node: int) -> int:

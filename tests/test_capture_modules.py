@@ -180,12 +180,13 @@ def test_outside_a_capture_hooks_ask_no_driver(fake):
     assert len(capture.get_kernel_annotations()) == 0
 
 
-def test_module_hooks_exist_only_during_a_capture(fake):
+def test_module_calls_are_wrapped_while_a_handle_is_active_and_work_only_in_captures(fake):
     from torch.nn.modules import module as nn_module
 
     def global_hooks():
         return len(nn_module._global_forward_pre_hooks) + len(nn_module._global_forward_hooks)
 
+    torch_call = torch.nn.Module.__dict__["__call__"]
     before = global_hooks()
     model = torch.nn.Linear(2, 2)
     seen = []
@@ -193,17 +194,53 @@ def test_module_hooks_exist_only_during_a_capture(fake):
     class Probe(torch.nn.Module):
         def forward(self, x):
             seen.append(global_hooks())
+            fake.launch("probe")
             return model(x)
 
     probe = Probe()
     with capture.annotate_modules(probe):
-        assert global_hooks() == before  # no slower module calls outside captures
+        assert torch.nn.Module.__dict__["__call__"] is not torch_call
         with torch.no_grad():
+            calls = dict(fake.calls)
             probe(torch.zeros(2))
+            assert fake.calls == calls  # outside a capture: a flag check, no driver query
             with capturing(FakeCUDAGraph(fake)):
                 probe(torch.zeros(2))
-        assert global_hooks() == before
-    assert seen == [before, before + 2]
+    assert torch.nn.Module.__dict__["__call__"] is torch_call
+    # no global hook at any time: they would send every module call down torch's slow path
+    assert seen == [before, before]
+    assert [a[0]["module"] for a in capture.get_kernel_annotations().values()] == [""]
+
+
+def test_a_forward_that_raises_inside_a_capture_leaves_no_open_module(fake):
+    class Fails(torch.nn.Module):
+        def forward(self, x):
+            fake.launch("before the error")
+            raise ValueError("boom")
+
+    class Outer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fails = Fails()
+
+        def forward(self, x):
+            try:
+                self.fails(x)
+            except ValueError:
+                pass
+            fake.launch("after")
+            return x
+
+    model = Outer()
+    with capture.annotate_modules(model):
+        g = FakeCUDAGraph(fake)
+        with capturing(g):
+            model(torch.zeros(1))
+    registry = capture.get_kernel_annotations()
+    names = {node.launch.name: node for node in g.graph_exec.graph.nodes}
+    high = g.graph_exec.id << 32
+    assert registry[high | names["before the error"].local_id] == [{"module": "fails"}]
+    assert registry[high | names["after"].local_id] == [{"module": ""}]
 
 
 def test_make_graphed_callables_accepts_an_annotated_model(fake):
@@ -447,3 +484,26 @@ def test_a_failing_listener_does_not_break_the_capture(fake, monkeypatch, caplog
     assert g.graph_exec is not None
     assert "updating annotation hooks" in caplog.text
     assert {a[0]["module"] for a in capture.get_kernel_annotations().values()} == {"lin", ""}
+
+
+def test_a_child_graph_a_module_adds_gets_its_name_on_the_body(fake):
+    class AddsChildGraph(torch.nn.Module):
+        def forward(self, x):
+            fake.launch("own")
+            fake.child_graph(["body a", "body b"])
+            return x
+
+    model = torch.nn.Sequential(torch.nn.Identity(), AddsChildGraph())
+    with capture.annotate_modules(model, prefix="net"):
+        g = FakeCUDAGraph(fake)
+        with capturing(g):
+            fake.launch("before")
+            model(torch.zeros(1))
+    template = next(node for node in g.graph_exec.graph.nodes if node.body is not None)
+    local = fake.exec_local_ids(template.graph)
+    high = g.graph_exec.id << 32
+    registry = capture.get_kernel_annotations()
+    own = next(node for node in template.graph.nodes if node.launch and node.launch.name == "own")
+    assert registry[high | own.local_id] == [{"module": "net.1"}]
+    assert [registry.get(high | local[node]) for node in template.body.nodes] == [[{"module": "net.1"}]] * 2
+    assert len(registry) == 3  # "before" ran outside the model

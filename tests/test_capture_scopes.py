@@ -207,22 +207,64 @@ def test_lane_for_is_stable_and_distinct():
     assert first >= capture._scopes.FIRST_LANE
 
 
-def test_child_graph_nodes_warn_once_and_are_skipped(fake):
+def test_child_graph_bodies_get_the_scope_of_their_child_node(fake):
     capture.enable_annotations()
     g = FakeCUDAGraph(fake)
     with capturing(g), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with capture.mark_kernels("with child"):
             k = fake.launch("k")
-            child = fake.child_graph(["inside"])
+            child = fake.child_graph(["inside", "inside 2"])
         with capture.mark_kernels("again"):
-            fake.child_graph(["inside too"])
+            child_2 = fake.child_graph(["inside too"])
             k2 = fake.launch("k2")
-    child_warnings = [w for w in caught if "child graph" in str(w.message)]
-    assert len(child_warnings) == 1
+    assert not [w for w in caught if "child graph" in str(w.message)]
+    local = fake.exec_local_ids(child.graph)
+    high = g.graph_exec.id << 32
+    registry = capture.get_kernel_annotations()
     assert annotations_of(g, [k, k2, child]) == [[{"name": "with child"}], [{"name": "again"}], None]
-    body_keys = [n.node_id for n in child.body.nodes]
-    assert not set(body_keys) & set(capture.get_kernel_annotations())
+    # the instance numbers body nodes after the graph's own 4: 4, 5, then 6
+    assert [local[n] for n in [*child.body.nodes, *child_2.body.nodes]] == [4, 5, 6]
+    assert registry[high | 4] == registry[high | 5] == [{"name": "with child"}]
+    assert registry[high | 6] == [{"name": "again"}]
+    body_keys = [n.node_id for n in child.body.nodes]  # the body graph's own ids: never reported
+    assert not set(body_keys) & set(registry)
+
+
+def test_nested_child_graphs_keep_the_bodies_unannotated_with_a_warning(fake):
+    capture.enable_annotations()
+    g = FakeCUDAGraph(fake)
+    with warnings.catch_warnings(record=True) as caught, capturing(g):
+        warnings.simplefilter("always")
+        with capture.mark_kernels("outer"):
+            k = fake.launch("k")
+            child = fake.child_graph(["inside"])
+            nested = fake._new_graph()
+            inner = fake._register(fake_node(child.body, NodeType.GRAPH))
+            inner.body = nested
+            child.body.nodes.append(inner)
+    assert any("of its own keeps" in str(w.message) for w in caught)
+    assert list(capture.get_kernel_annotations()) == [exec_key(g, k)]
+
+
+def fake_node(graph, node_type):
+    from fake_graph_driver import FakeNode
+
+    return FakeNode(graph, node_type, None)
+
+
+def test_child_graph_bodies_beside_a_conditional_stay_unannotated_with_a_warning(fake):
+    capture.enable_annotations()
+    g = FakeCUDAGraph(fake)
+    with warnings.catch_warnings(record=True) as caught, capturing(g):
+        warnings.simplefilter("always")
+        with capture.mark_kernels("scope"):
+            k = fake.launch("k")
+            fake.child_graph(["inside"])
+            fake.begin_conditional()
+            fake.end_conditional()
+    assert any("both child-graph and conditional nodes" in str(w.message) for w in caught)
+    assert list(capture.get_kernel_annotations()) == [exec_key(g, k)]
 
 
 def test_scope_inside_a_conditional_body_records_nothing(fake):

@@ -124,17 +124,25 @@ def test_diamonds_of_other_nodes_are_collapsed_once_per_node(fake):
     assert fake.calls["dependencies"] == 6
 
 
-def test_child_graph_bodies_are_not_in_the_topology_but_are_looked_through(fake):
+def test_child_graph_bodies_are_in_the_topology_after_the_graphs_own_nodes(fake):
     capture.enable_annotations()
     g = FakeCUDAGraph(fake)
     with capturing(g):
         before = fake.launch("before")
-        fake.child_graph(["inside"])
+        child = fake.child_graph(["inside", "inside 2"])
+        child.body.nodes[1].deps.append(child.body.nodes[0])  # a chain in the body
+        child.body.nodes[0].dependents.append(child.body.nodes[1])
         after = fake.launch("after")
-    nodes = capture.get_graph_topology()[g.graph_exec.id]
-    assert [n["name"] for n in nodes] == ["before", "after"]
-    assert nodes[1]["deps"] == [g.graph_exec.id << 32 | before.local_id]
-    assert nodes[1]["id"] == g.graph_exec.id << 32 | after.local_id
+    high = g.graph_exec.id << 32
+    local = fake.exec_local_ids(g.template or child.graph)
+    inside, inside_2 = child.body.nodes
+    assert (local[inside], local[inside_2]) == (3, 4)  # after the graph's 3 nodes
+    nodes = {n["name"]: n for n in capture.get_graph_topology()[g.graph_exec.id]}
+    assert [n["id"] for n in nodes.values()] == [high | 0, high | 2, high | 3, high | 4]
+    assert nodes["inside"]["deps"] == [high | before.local_id]  # a body root follows its child node
+    assert nodes["inside 2"]["deps"] == [high | 3]
+    assert nodes["after"]["deps"] == [high | 4]  # what follows the child node follows its body
+    assert nodes["after"]["id"] == high | after.local_id
 
 
 def test_topology_failure_is_logged_and_the_capture_still_completes(fake, caplog):

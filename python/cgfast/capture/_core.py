@@ -81,6 +81,9 @@ class Recorder:
         # graph id -> local ids of its annotatable nodes, once its capture has ended:
         # what a span resolves against
         self._annotatable_local_ids: Dict[int, List[int]] = {}
+        # graph id -> local id of a child-graph node -> the local ids its body's kernel,
+        # memcpy and memset nodes have in the graph's instance (see record_topology)
+        self._child_bodies: Dict[int, Dict[int, List[int]]] = {}
         self._graph_ids: Dict[int, int] = {}  # capture graph handle -> its id
         # launch stacks: (Span, frames) waiting for their graph's capture to end, and
         # graph id -> local id -> frames (innermost first)
@@ -127,10 +130,16 @@ class Recorder:
     def end_scope(self, backend: Backend, start: ScopeStart, annotation: Annotation) -> None:
         created = _nodes_created_since(backend.graphs, start)
         node_ids = []
+        children = []
         for node in created:
             node_type = backend.graphs.node_type(node)
             if node_type in ANNOTATABLE_KINDS:
                 node_ids.append(backend.ids.node_id(node))
+            elif node_type == NodeType.GRAPH:
+                # its body's nodes are known at capture end: a span of the child node claims them
+                child_id = backend.ids.node_id(node)
+                local_id = child_id & LOCAL_ID_MASK
+                children.append(Span(child_id >> 32, local_id, local_id + 1))
             elif node_type in NESTED_GRAPH_KINDS:
                 kind = NESTED_GRAPH_KINDS[node_type]
                 self.warn_once(
@@ -139,10 +148,12 @@ class Recorder:
                     "lives in another graph whose node ids cannot be keyed, so it is "
                     "left unannotated",
                 )
-        if node_ids:
+        if node_ids or children:
             node_ids.sort()
             with self._lock:
-                self._pending.append((annotation, node_ids))
+                if node_ids:
+                    self._pending.append((annotation, node_ids))
+                self._pending.extend((annotation, child) for child in children)
 
     def begin_span(self, backend: Backend, stream: int) -> Optional[SpanStart]:
         """Note the graph ``stream`` captures into and how many nodes it has. ``None``
@@ -184,6 +195,19 @@ class Recorder:
         if end > first:
             with self._lock:
                 self._pending.append((annotation, Span(graph_id, first, end)))
+
+    def add_segments(
+        self, graph_id: int, first: int, end: int, segments: Optional[list], annotation: Annotation
+    ) -> None:
+        """``add_span`` of ``first <= id < end`` and of each ``(first, end)`` of ``segments``."""
+        with self._lock:
+            pending = self._pending
+            if end > first:
+                pending.append((annotation, Span(graph_id, first, end)))
+            if segments is not None:
+                for segment_first, segment_end in segments:
+                    if segment_end > segment_first:
+                        pending.append((annotation, Span(graph_id, segment_first, segment_end)))
 
     def add_stack(self, span: Span, frames: Tuple[str, ...]) -> None:
         """The nodes of ``span`` were launched from ``frames`` (innermost first)."""
@@ -254,13 +278,20 @@ class Recorder:
     def forget_annotatable_nodes(self, graph_id: int) -> None:
         with self._lock:
             self._annotatable_local_ids.pop(graph_id, None)
+            self._child_bodies.pop(graph_id, None)
 
     def _span_node_ids(self, span: Span) -> List[int]:
         local_ids = self._annotatable_local_ids[span.graph_id]
         high = span.graph_id << 32
         lo = bisect.bisect_left(local_ids, span.first)
         hi = bisect.bisect_left(local_ids, span.end, lo)
-        return [high | local_id for local_id in local_ids[lo:hi]]
+        node_ids = [high | local_id for local_id in local_ids[lo:hi]]
+        bodies = self._child_bodies.get(span.graph_id)
+        if bodies:
+            for child, body in bodies.items():
+                if span.first <= child < span.end:
+                    node_ids.extend(high | local_id for local_id in body)
+        return node_ids
 
     def resolve(self) -> None:
         """Merge pending scopes into the registry: one dict per node and resolve, the
@@ -344,6 +375,7 @@ class Recorder:
             self._pending = still_pending
             for graph_id in ids:
                 self._annotatable_local_ids.pop(graph_id, None)
+                self._child_bodies.pop(graph_id, None)
                 self._stacks.pop(graph_id, None)
             self._pending_stacks = [entry for entry in self._pending_stacks if entry[0].graph_id not in ids]
 
@@ -353,6 +385,7 @@ class Recorder:
             self._pending_stacks.clear()
             self._stacks.clear()
             self._annotatable_local_ids.clear()
+            self._child_bodies.clear()
             self._graph_ids.clear()
             self._annotations.clear()
             self._keys_by_graph.clear()
@@ -365,16 +398,25 @@ class Recorder:
 
     def record_topology(self, backend: Backend, graph: int, graph_id: int) -> None:
         """One pass over ``graph``'s nodes: every annotatable node in local-id order with
-        its kind, kernel launch and annotatable dependencies (through any other nodes)."""
+        its kind, kernel launch and annotatable dependencies (through any other nodes),
+        the nodes of child-graph bodies included (see ``_child_graph_bodies``)."""
         graphs, ids = backend.graphs, backend.ids
+        walk_topology = getattr(graphs, "walk_topology", None)
+        walked = walk_topology(graph, ids) if walk_topology is not None else None
+        if walked is not None and not walked[2]:  # no child graphs: the native walk did it all
+            self._record_walked_topology(graph_id, walked[0], walked[1])
+            return
         forget_function_names = getattr(graphs, "forget_function_names", None)
         if forget_function_names is not None:
             forget_function_names()
         local_ids: Dict[int, int] = {}
         kinds: Dict[int, int] = {}
         nodes = graphs.nodes(graph)
+        children = []
         for node in nodes:
             node_type = graphs.node_type(node)
+            if node_type == NodeType.GRAPH:
+                children.append(node)
             if node_type not in ANNOTATABLE_KINDS:
                 continue
             node_id = ids.node_id(node)
@@ -385,8 +427,14 @@ class Recorder:
                 )
             local_ids[node] = node_id & LOCAL_ID_MASK
             kinds[node] = node_type
-        self.set_annotatable(graph_id, list(local_ids.values()), len(nodes))
-        through = _DependencyCollapser(graphs, local_ids)
+        overrides: Dict[int, List[int]] = {}
+        bodies = self._child_graph_bodies(backend, nodes, children, local_ids, kinds, overrides)
+        instance_nodes = len(nodes) + sum(count for _, count in bodies.values())
+        self.set_annotatable(graph_id, list(local_ids.values()), instance_nodes)
+        with self._lock:
+            if bodies:
+                self._child_bodies[graph_id] = {child: body for child, (body, _) in bodies.items()}
+        through = _DependencyCollapser(graphs, local_ids, overrides)
         entries = []
         for node in sorted(local_ids, key=local_ids.__getitem__):
             deps = through.annotatable_dependencies(node)
@@ -396,6 +444,91 @@ class Recorder:
             else:
                 entry = TopologyNode(local_ids[node], ANNOTATABLE_KINDS[kinds[node]], None, deps, None, None)
             entries.append(entry)
+        with self._lock:
+            self._topology[graph_id] = entries
+
+    def _child_graph_bodies(
+        self,
+        backend: Backend,
+        nodes: List[int],
+        children: List[int],
+        local_ids: Dict[int, int],
+        kinds: Dict[int, int],
+        overrides: Dict[int, List[int]],
+    ) -> Dict[int, Tuple[List[int], int]]:
+        """Add the kernel, memcpy and memset nodes of child-graph bodies to ``local_ids``
+        with the local ids CUPTI reports for them in the graph's instance (measured on the
+        H200, tools/probe_graph_bodies.py: after the graph's own nodes, body by body in
+        the order of the child nodes' local ids), and to ``overrides`` the edges that
+        join a body to its parent graph. Returns child local id -> (its body's annotatable
+        local ids, its body's node count). Bodies holding child graphs or conditionals of
+        their own, and graphs with conditional nodes, keep their bodies unannotated."""
+        if not children:
+            return {}
+        graphs, ids = backend.graphs, backend.ids
+        if any(graphs.node_type(node) == NodeType.CONDITIONAL for node in nodes):
+            self.warn_once(
+                "bodies",
+                "cgfast.capture: a graph with both child-graph and conditional nodes keeps its "
+                "child-graph bodies unannotated (their ids in its instance were not measured)",
+            )
+            return {}
+        found = []
+        for child in children:
+            body = graphs.child_graph_body(child)
+            body_nodes = graphs.nodes(body)
+            body_types = [graphs.node_type(node) for node in body_nodes]
+            if any(kind in NESTED_GRAPH_KINDS for kind in body_types):
+                self.warn_once(
+                    "bodies",
+                    "cgfast.capture: a child graph whose body holds child graphs or conditionals "
+                    "of its own keeps its graph's child-graph bodies unannotated",
+                )
+                return {}
+            found.append((ids.node_id(child) & LOCAL_ID_MASK, child, body_nodes, body_types))
+        bodies: Dict[int, Tuple[List[int], int]] = {}
+        offset = len(nodes)
+        for child_local_id, child, body_nodes, body_types in sorted(found, key=lambda entry: entry[0]):
+            annotatable = []
+            depended_on = set()
+            for node, kind in zip(body_nodes, body_types):
+                deps = graphs.dependencies(node)
+                depended_on.update(deps)
+                if not deps:
+                    overrides[node] = graphs.dependencies(child)  # a body root follows its child node
+                if kind in ANNOTATABLE_KINDS:
+                    local_id = offset + (ids.node_id(node) & LOCAL_ID_MASK)
+                    local_ids[node] = local_id
+                    kinds[node] = kind
+                    annotatable.append(local_id)
+            # what follows the child node follows its body's last nodes
+            overrides[child] = [node for node in body_nodes if node not in depended_on]
+            bodies[child_local_id] = (sorted(annotatable), len(body_nodes))
+            offset += len(body_nodes)
+        return bodies
+
+    def _record_walked_topology(self, graph_id: int, node_count: int, walked: list[tuple]) -> None:
+        """``record_topology`` from one native walk (the driver's ``walk_topology``)."""
+        entries = []
+        for node_id, node_type, name, deps, grid, block in walked:
+            if node_id >> 32 != graph_id:
+                raise RuntimeError(
+                    f"node id {node_id:#x} does not belong to graph {graph_id}: the id "
+                    "source numbers nodes differently than expected"
+                )
+            local_id = node_id & LOCAL_ID_MASK
+            kind = ANNOTATABLE_KINDS[node_type]
+            entries.append(
+                TopologyNode(
+                    local_id,
+                    kind,
+                    name,
+                    tuple(deps),
+                    tuple(grid) if grid is not None else None,  # type: ignore[arg-type]
+                    tuple(block) if block is not None else None,  # type: ignore[arg-type]
+                )
+            )
+        self.set_annotatable(graph_id, [entry.local_id for entry in entries], node_count)
         with self._lock:
             self._topology[graph_id] = entries
 
@@ -476,15 +609,21 @@ class _DependencyCollapser:
     """Dependencies of annotatable nodes, looking through every other node (events,
     empty joins, allocations, child graphs) transitively; memoized and iterative."""
 
-    def __init__(self, graphs: GraphDriver, local_ids: Mapping[int, int]) -> None:
+    def __init__(
+        self,
+        graphs: GraphDriver,
+        local_ids: Mapping[int, int],
+        overrides: Optional[Dict[int, List[int]]] = None,
+    ) -> None:
         self._graphs = graphs
         self._local_ids = local_ids
         self._through: Dict[int, FrozenSet[int]] = {}  # other node -> annotatable ancestors
-        self._deps: Dict[int, List[int]] = {}
+        # node -> its dependencies where the graph's edges do not say them (child-graph bodies)
+        self._deps: Dict[int, List[int]] = dict(overrides) if overrides else {}
 
     def annotatable_dependencies(self, node: int) -> Tuple[int, ...]:
         result: Set[int] = set()
-        for dep in self._graphs.dependencies(node):
+        for dep in self._dependencies_of(node):
             local_id = self._local_ids.get(dep)
             if local_id is not None:
                 result.add(local_id)

@@ -110,6 +110,8 @@ class CuptiIdSource:
             fn.restype = ctypes.c_int
         self.path = path
         self.description = f"cupti: {path}"
+        # cuptiGetGraphNodeId for the native graph walk
+        self.node_id_address = ctypes.cast(self._node_id, ctypes.c_void_p).value
         self._scratch = threading.local()
 
     @staticmethod

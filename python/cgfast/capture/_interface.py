@@ -45,7 +45,8 @@ ANNOTATABLE_KINDS = {
     int(NodeType.MEMSET): "memset",
 }
 
-# Node types whose work lives in another cudaGraph_t; their bodies cannot be keyed.
+# Node types whose work lives in another cudaGraph_t (a child graph's body is keyed at
+# capture end, see Recorder.record_topology; a conditional's cannot be).
 NESTED_GRAPH_KINDS = {
     int(NodeType.GRAPH): "child graph",
     int(NodeType.CONDITIONAL): "conditional",
@@ -96,6 +97,9 @@ class GraphDriver(Protocol):
 
     def kernel_launch(self, node: int) -> KernelLaunch:
         """Function name and launch dimensions of a kernel node."""
+
+    def child_graph_body(self, node: int) -> int:
+        """The graph a child-graph node runs (the copy embedded in its parent)."""
 
 
 class IdSource(Protocol):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from contextlib import contextmanager
-from typing import Iterator, List, NamedTuple, Optional, cast
+from typing import Any, Iterator, List, NamedTuple, Optional, cast
 
 from cgfast.capture._interface import CaptureState, KernelLaunch
 
@@ -84,6 +84,27 @@ def _function(lib: ctypes.CDLL, names: tuple, argtypes: list) -> tuple:
     raise OSError(f"libcuda exports none of {', '.join(names)}")
 
 
+def function_address(fn: Any) -> int:
+    """The address of a ``ctypes`` foreign function (or ``CFUNCTYPE`` callback)."""
+    return ctypes.cast(fn, ctypes.c_void_p).value or 0
+
+
+def _native() -> Any:
+    """The extension's native graph walk, or ``None`` where it is missing (an older
+    build): the ctypes path then does everything."""
+    try:
+        from cgfast import _cgfast
+    except ImportError:  # pragma: no cover - the extension is part of every build
+        return None
+    return _cgfast if hasattr(_cgfast, "walk_graph") else None
+
+
+# One native walk's result: (node count, [(node id, node type, kernel name, dependencies as
+# local ids, grid, block)] of the kernel/memcpy/memset nodes in local-id order, number of
+# child-graph nodes; where there are any, the entries are left empty).
+NativeWalk = tuple[int, list[tuple[int, int, Optional[str], list[int], Any, Any]], int]
+
+
 class LibcudaGraphs:
     """:class:`~cgfast.capture._interface.GraphDriver` on the CUDA driver API."""
 
@@ -133,6 +154,18 @@ class LibcudaGraphs:
         self._kernel_params = _function(
             lib, ("cuGraphKernelNodeGetParams_v2",), [_c_void_p, ctypes.POINTER(_KernelNodeParams)]
         )[1]
+        # every edge of a graph in one call, for the native walk (CUDA >= 12.3 has _v2)
+        self._edges_have_data = False
+        self._edges = self._optional(
+            "cuGraphGetEdges_v2", [_c_void_p, _NODE_ARRAY, _NODE_ARRAY, _c_void_p, size_p]
+        )
+        if self._edges is not None:
+            self._edges_have_data = True
+        else:
+            self._edges = self._optional("cuGraphGetEdges", [_c_void_p, _NODE_ARRAY, _NODE_ARRAY, size_p])
+        self._child_graph = self._optional(
+            "cuGraphChildGraphNodeGetGraph", [_c_void_p, ctypes.POINTER(_c_void_p)]
+        )
         name_out = [ctypes.POINTER(ctypes.c_char_p), _c_void_p]
         self._function_name = self._optional("cuFuncGetName", name_out)
         self._kernel_name = self._optional("cuKernelGetName", name_out)
@@ -142,6 +175,33 @@ class LibcudaGraphs:
         # module is unloaded, so names are not kept across walks).
         self._scratch = threading.local()
         self._names: dict = {}
+        native = _native()
+        if native is not None:
+            # one native call per module boundary instead of a ctypes call
+            count_address = function_address(self._nodes)
+            graph_node_count = native.graph_node_count
+            self.node_count = lambda graph: graph_node_count(count_address, graph)  # type: ignore[method-assign]
+        self._native = native
+
+    def walk_topology(self, graph: int, ids: Any) -> Optional[NativeWalk]:
+        """The whole graph in one native call (see :data:`NativeWalk`) when ``ids`` is an
+        id source with a native entry point (CUPTI's); ``None`` otherwise."""
+        node_id_address = getattr(ids, "node_id_address", None)
+        if self._native is None or node_id_address is None:
+            return None
+        addresses = {
+            "get_nodes": function_address(self._nodes),
+            "node_type": function_address(self._node_type),
+            "node_id": node_id_address,
+            "dependencies": function_address(self._dependencies),
+            "dependencies_have_edges": int(self._dependencies_have_edges),
+            "edges": function_address(self._edges) if self._edges else 0,
+            "edges_have_data": int(self._edges_have_data),
+            "kernel_params": function_address(self._kernel_params),
+            "function_name": function_address(self._function_name) if self._function_name else 0,
+            "kernel_name": function_address(self._kernel_name) if self._kernel_name else 0,
+        }
+        return self._native.walk_graph(addresses, graph)
 
     def forget_function_names(self) -> None:
         """A new walk over a graph begins: function handles may have been reused."""
@@ -277,6 +337,13 @@ class LibcudaGraphs:
             (params.gridDimX, params.gridDimY, params.gridDimZ),
             (params.blockDimX, params.blockDimY, params.blockDimZ),
         )
+
+    def child_graph_body(self, node: int) -> int:
+        if self._child_graph is None:
+            raise CudaError("cuGraphChildGraphNodeGetGraph", 0, "not exported by this driver")
+        graph = _c_void_p()
+        self._check("cuGraphChildGraphNodeGetGraph", self._child_graph(node, ctypes.byref(graph)))
+        return graph.value or 0
 
     # -- helpers --------------------------------------------------------------------
 

@@ -1,11 +1,12 @@
 """``annotate_modules``: every graph node a module's forward (and, through autograd, its
 backward) creates during capture is annotated with the module's name.
 
-Two global module hooks serve every handle. They are registered only while a capture
-through ``torch.cuda.CUDAGraph`` is under way (any global module hook sends every module
-call in the process down torch's slower path), and a module of no active handle costs
-a dict lookup there. Module scopes are spans (``_spans``); the backward of what a
-module's forward made is claimed for it in its forward hook (``_backward``).
+One wrapper of ``torch.nn.Module.__call__`` serves every handle, doing what a pair of
+global forward hooks would without sending every module call down torch's slower path.
+It is in place while a handle is active; outside captures through ``torch.cuda.CUDAGraph``
+it checks a flag, and during them a module of no active handle costs a dict lookup.
+Module scopes are spans (``_spans``); the backward of what a module's forward made is
+claimed for it in its forward hook (``_backward``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple
 
 from cgfast.capture import _stacks
 from cgfast.capture._backward import BACKWARD_PHASE, claim_backward
-from cgfast.capture._spans import begin_span
+from cgfast.capture._spans import span_position
 from cgfast.capture._state import state
 
 # module -> (its handle, forward annotation, backward annotation or None)
@@ -51,7 +52,7 @@ def _forward_pre_hook(module, args):
     if backend is None:
         return None
     try:
-        start = begin_span(backend)
+        start = span_position(backend)
     except Exception:  # annotation must never break the capture
         state.recorder.report_failure("reading the capture graph at a module's forward")
         return None
@@ -94,10 +95,7 @@ def _forward_hook(module, args, output):
     except Exception:  # annotation must never break the capture
         recorder.report_failure("reading the capture graph at a module's forward end")
     else:
-        recorder.add_span(graph_id, first, end, annotation)
-        if segments is not None:
-            for segment_first, segment_end in segments:
-                recorder.add_span(graph_id, segment_first, segment_end, annotation)
+        recorder.add_segments(graph_id, first, end, segments, annotation)
         if frames and frames[-1][1] == graph:
             frames[-1][3] = end
     if sequence is not None:
@@ -113,38 +111,66 @@ _torch_calls: list = []
 
 
 def _sync_hooks() -> None:
-    """Hook modules only while a capture may be under way: with any global module hook,
-    every module call in the process takes torch's slow path (about 3 us more)."""
+    """Wrap module calls while a handle is active (replacing ``torch.nn.Module.__call__``
+    modifies a type with hundreds of subclasses, measured at about 0.3 ms on the H200 host,
+    so it is not done per capture); they do work only while a capture may be under way."""
     _open_frames().clear()  # a capture began or ended: their graph may be gone
     with _registry_lock:
-        wanted = bool(_registry) and (
+        _capturing[0] = bool(_registry) and (
             state.captures_in_progress > 0 or state.uncounted_capture or state.patched_classes == 0
         )
-        if wanted and not _hooks:
+        if _registry and not _hooks:
             _install_hooks()
-        elif _hooks and not wanted:
+        elif _hooks and not _registry:
             while _hooks:
                 _hooks.pop().remove()
 
 
-_forward_hook_options: list = []  # register_module_forward_hook's keywords, read once
+# whether a capture may be under way (and a handle is active): module calls do work
+_capturing = [False]
+# torch.nn.Module.__call__ as it was before _install_hooks replaced it
+_module_call_of_torch: list = []
+
+
+def _module_call(self, *args, **kwargs):
+    """``torch.nn.Module.__call__`` while a handle is active: outside captures a flag check;
+    during them the forward hooks' work around torch's own call. Global forward hooks would
+    do the same, but any global module hook sends every module call down torch's slow call
+    path (about 3 us a call)."""
+    call = _module_call_of_torch[0]
+    if not _capturing[0] or self not in _registry:
+        return call(self, *args, **kwargs)
+    _forward_pre_hook(self, args)
+    output = None
+    try:
+        output = call(self, *args, **kwargs)
+    finally:  # also when the forward raises, as torch's always_call hooks
+        _forward_hook(self, args, output)
+    return output
+
+
+class _ModuleCallPatch:
+    """``torch.nn.Module.__call__`` replaced by :func:`_module_call` until ``remove()``."""
+
+    def __init__(self, module_class: Any) -> None:
+        self._class = module_class
+        current = module_class.__dict__["__call__"]
+        if current is not _module_call:
+            _module_call_of_torch[:] = [current]
+            module_class.__call__ = _module_call
+
+    def remove(self) -> None:
+        # Restored only where nobody patched over it since (then it passes calls through
+        # once no handle is active, see _module_call).
+        if self._class.__dict__.get("__call__") is _module_call:
+            self._class.__call__ = _module_call_of_torch[0]
 
 
 def _install_hooks() -> None:
     import torch
-    from torch.nn.modules import module as nn_module
 
     _torch_calls[:] = [torch.is_grad_enabled, torch._C._autograd._get_sequence_nr]
-    if not _forward_hook_options:
-        import inspect
-
-        extra = {}
-        if "always_call" in inspect.signature(nn_module.register_module_forward_hook).parameters:
-            extra["always_call"] = True  # keeps the open frames balanced when a forward raises
-        _forward_hook_options.append(extra)
-
-    _hooks.append(nn_module.register_module_forward_pre_hook(_forward_pre_hook))
-    _hooks.append(nn_module.register_module_forward_hook(_forward_hook, **_forward_hook_options[0]))
+    _hooks.append(_ModuleCallPatch(torch.nn.Module))
 
 
 class ModuleAnnotations:
@@ -244,10 +270,13 @@ def annotate_modules(
     or ``""``). With ``backward``, nodes its backward creates during a captured
     backward get that annotation plus ``"autograd_phase": "backward"``.
 
-    Uses global module hooks, so ``torch.cuda.make_graphed_callables`` accepts the
-    model. Enables annotations (like :func:`enable_annotations`) while active; the
-    handle's ``remove()`` turns them off again if they were off before. Composes with
-    ``mark_kernels`` scopes: the innermost scope wins on common keys.
+    Wraps ``torch.nn.Module.__call__`` while active (no hook on any module, and no
+    global hook sending every module call down torch's slower path), so
+    ``torch.cuda.make_graphed_callables`` accepts the model; outside captures a module
+    call costs a flag check more. Enables annotations (like :func:`enable_annotations`)
+    while active; the handle's ``remove()`` turns them off again if they were off
+    before. Composes with ``mark_kernels`` scopes: the innermost scope wins on common
+    keys.
 
     With ``stacks``, every node also gets the user Python frames that launched it
     (see :func:`get_kernel_stacks`), filtered like torch 2.15 filters them or by the

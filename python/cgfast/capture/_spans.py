@@ -34,6 +34,16 @@ def begin_span(backend) -> Optional[SpanStart]:
     return start
 
 
+def span_position(backend) -> Optional[Tuple[int, int, int]]:
+    """``begin_span`` as a plain ``(graph, graph id, first local id)``: the module hooks'
+    path, with no object made per call where the stream's graph is known."""
+    if not state.uncounted_capture and state.patched_classes:
+        known = _stream_graphs.get(backend.streams.current_stream())
+        if known is not None:
+            return known[0], known[1], backend.graphs.node_count(known[0])
+    return begin_span(backend)
+
+
 def _forget() -> None:
     """A capture began or ended: a stream's graph, and a graph handle's id, may change."""
     _stream_graphs.clear()
