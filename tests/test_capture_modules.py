@@ -507,3 +507,30 @@ def test_a_child_graph_a_module_adds_gets_its_name_on_the_body(fake):
     assert registry[high | own.local_id] == [{"module": "net.1"}]
     assert [registry.get(high | local[node]) for node in template.body.nodes] == [[{"module": "net.1"}]] * 2
     assert len(registry) == 3  # "before" ran outside the model
+
+
+def test_compiled_modules_take_the_plain_call_and_are_not_recompiled_inside_captures():
+    """torch.compile traces module calls through cgfast's Module.__call__ wrapper: its
+    graphs must keep no guard on the capture flag, or every capture would recompile them
+    (and trace the hooks' driver queries)."""
+    from torch._dynamo.utils import counters
+
+    from cgfast.capture import _modules
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 4))
+    x = torch.randn(2, 4)
+    with capture.annotate_modules(model):
+        compiled = torch.compile(model, backend="eager")
+        expected = compiled(x)
+        traced = counters["stats"]["calls_captured"]
+        assert traced > 0
+        _modules._capturing[0] = True
+        try:
+            assert torch.equal(compiled(x), expected)
+        finally:
+            _modules._capturing[0] = False
+        assert counters["stats"]["calls_captured"] == traced
+        assert counters["stats"]["unique_graphs"] == 1
+    torch._dynamo.reset()

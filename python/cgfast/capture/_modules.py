@@ -128,7 +128,8 @@ def _sync_hooks() -> None:
 
 # whether a capture may be under way (and a handle is active): module calls do work
 _capturing = [False]
-# torch.nn.Module.__call__ as it was before _install_hooks replaced it
+# torch.nn.Module.__call__ as it was before _install_hooks replaced it, and
+# torch.compiler.is_compiling
 _module_call_of_torch: list = []
 
 
@@ -138,7 +139,10 @@ def _module_call(self, *args, **kwargs):
     do the same, but any global module hook sends every module call down torch's slow call
     path (about 3 us a call)."""
     call = _module_call_of_torch[0]
-    if not _capturing[0] or self not in _registry:
+    # torch.compile traces module calls through this: checked first, so its graphs take
+    # the plain path and keep no guard on the capture flag (which would recompile them
+    # inside every capture, then trace the hooks' driver queries)
+    if _module_call_of_torch[1]() or not _capturing[0] or self not in _registry:
         return call(self, *args, **kwargs)
     _forward_pre_hook(self, args)
     output = None
@@ -156,7 +160,9 @@ class _ModuleCallPatch:
         self._class = module_class
         current = module_class.__dict__["__call__"]
         if current is not _module_call:
-            _module_call_of_torch[:] = [current]
+            import torch
+
+            _module_call_of_torch[:] = [current, torch.compiler.is_compiling]
             module_class.__call__ = _module_call
 
     def remove(self) -> None:
