@@ -6,6 +6,7 @@ nested module ranges eager traces have."""
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -224,8 +225,8 @@ def test_annotate_is_idempotent_byte_for_byte(tk, h200, tmp_path, spans, lanes):
     fixture_annotations = tk.write_json_annotations(tmp_path / "ann.json", {8589934592: [{"name": "x"}]})
     cases = [(t, next(t.parent.glob("kernel_annotations_*.json"))) for t in EXAMPLES]
     cases += [(f, fixture_annotations) for f in h200]
-    for i, (trace, annotations) in enumerate(cases):
-        args = ("-a", annotations, "--spans", spans, "--lanes", lanes)
+    for i, (trace, annotations_file) in enumerate(cases):
+        args = ("-a", annotations_file, "--spans", spans, "--lanes", lanes)
         first, again = tmp_path / f"{i}.json", tmp_path / f"{i}.again.json"
         report = annotate(tk, trace, first, *args)
         annotate(tk, first, again, *args)
@@ -234,18 +235,38 @@ def test_annotate_is_idempotent_byte_for_byte(tk, h200, tmp_path, spans, lanes):
             assert report["spans"] > 0, "the compiled examples have module spans"
 
 
-def test_lanes_out_of_start_order_get_the_spans_of_sorted_ones(tk, tmp_path):
+@pytest.mark.parametrize("order", ["reversed", "two streams", "shuffled"])
+def test_lanes_out_of_start_order_get_the_spans_of_sorted_ones(tk, tmp_path, order):
     # spans are found walking each lane in start order; a trace that lists a lane's
-    # events out of that order gets the same spans as one that lists them in it
-    annotations = {n: [{"module": f"m.{'ab'[n // 3 % 2]}.{n % 3}", "stream": 60}] for n in range(1, 13)}
-    events = [kernel(10.0 * n, 4.0 + n % 3, n, correlation=1 + n // 7) for n in range(1, 13)]
-    events.append(kernel(60.5, 12.0, 13))  # unannotated, overlapping two of them
+    # events out of that order (as where a lane gathers the events of several streams)
+    # gets the same spans as one that lists them in it
+    rng = random.Random(0)
+    n = 120
+    annotations = {
+        node: [{"module": f"m.{'ab'[node // 7 % 2]}.{node % 3}", "stream": 60}] for node in range(1, n)
+    }
+    annotations[n] = [{"stream": 60}]  # no module: runs end there
+    # overlapping events, some of them across replays
+    events = [
+        kernel(3.0 * node, rng.choice([2.0, 2.5, 4.0, 7.0]), node, correlation=node // 30)
+        for node in range(1, n + 1)
+    ]
+    events[-1]["ts"] = 100.5
+    events.sort(key=lambda e: e["ts"])
     # another lane, in order, whose spans come first
-    annotations.update({20 + n: [{"module": "x.y", "stream": 61}] for n in range(3)})
-    first = [kernel(5.0 * n, 2.0, 20 + n) for n in range(3)]
+    annotations.update({1000 + node: [{"module": "x.y", "stream": 61}] for node in range(3)})
+    first = [kernel(5.0 * node, 2.0, 1000 + node) for node in range(3)]
     _, in_order, _ = spans_of(tk, tmp_path, first + events, annotations, "--max-adjust-us", "0")
-    shuffled = first + events[::2][::-1] + events[1::2]
-    written, spans, report = spans_of(tk, tmp_path, shuffled, annotations, "--max-adjust-us", "0")
+    if order == "reversed":
+        listed = events[::-1]
+    elif order == "two streams":
+        listed = events[::3] + events[1::3] + events[2::3]
+        listed = [e for pair in zip(listed[: n // 2], listed[n // 2 :]) for e in pair]
+    else:
+        listed = events[:]
+        rng.shuffle(listed)
+    assert listed != events
+    written, spans, report = spans_of(tk, tmp_path, first + listed, annotations, "--max-adjust-us", "0")
     assert spans == in_order and report["spans"] == len(spans)
-    assert {s["tid"] for s in spans} == {60, 61} and len(spans) > 8
+    assert {s["tid"] for s in spans} == {60, 61} and len(spans) > 30
     tk.check_spans(written, spans)

@@ -11,9 +11,14 @@
 //!
 //! The spans are found in one walk over the events, each lane keeping only its open
 //! spans and the cluster it is gathering, so that memory grows with the spans, not with
-//! the trace. That needs a lane's events in start order, as traces write them; a lane
-//! whose events are not is gathered again and sorted.
+//! the trace. That needs a lane's events in start order. A lane whose events come out of
+//! it (one that holds events of several streams) is walked again, each event held back
+//! until no later one can start before it: by the walk before, none starts more than
+//! the lane's skew before one listed earlier, so only the events of a skew's time are
+//! held.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::io::{self, Write};
 
 use rustc_hash::FxHashMap as HashMap;
@@ -28,8 +33,9 @@ use crate::passes::{is_lane_candidate, OddEvents};
 pub struct Span {
     /// The dotted prefix, by index in [`Spans::names`].
     pub name: u32,
-    /// The event it starts with.
-    pub first: u32,
+    /// Whether the event it starts with has an integer start: its times are written as
+    /// integers where they are whole.
+    pub integer: bool,
     /// Start and end in nanoseconds ([`ticks`]) from [`Spans::base`].
     pub start: i64,
     pub end: i64,
@@ -52,7 +58,11 @@ pub struct Spans {
 pub fn ticks(n: Num) -> Option<i128> {
     match n {
         Num::Int(i) => Some(i as i128 * 1000),
-        Num::Float(f) if f.is_finite() && f.abs() < 1e30 => Some((f * 1000.0).round() as i128),
+        Num::Float(f) if f.is_finite() && f.abs() < 1e30 => {
+            let ns = (f * 1000.0).round();
+            // a float converts to 64 bits in one instruction, to 128 in a call
+            Some(if ns.abs() < 9e18 { ns as i64 as i128 } else { ns as i128 })
+        }
         Num::Float(_) => None,
     }
 }
@@ -64,7 +74,11 @@ fn push_micros(out: &mut Vec<u8>, ns: i128, integer: bool) {
         out.push(b'-');
     }
     let ns = ns.unsigned_abs();
-    let (whole, frac) = (ns / 1000, (ns % 1000) as u32);
+    // dividing 64 bits is much faster, and times fit them
+    let (whole, frac) = match u64::try_from(ns) {
+        Ok(ns) => ((ns / 1000) as u128, (ns % 1000) as u32),
+        Err(_) => (ns / 1000, (ns % 1000) as u32),
+    };
     push_digits(out, whole);
     if !(integer && frac == 0) {
         out.extend_from_slice(&[
@@ -76,6 +90,18 @@ fn push_micros(out: &mut Vec<u8>, ns: i128, integer: bool) {
     }
 }
 
+/// "00", "01", ... "99": digits are written two at a time.
+const DIGIT_PAIRS: [u8; 200] = {
+    let mut pairs = [0u8; 200];
+    let mut i = 0;
+    while i < 100 {
+        pairs[2 * i] = b'0' + (i / 10) as u8;
+        pairs[2 * i + 1] = b'0' + (i % 10) as u8;
+        i += 1;
+    }
+    pairs
+};
+
 /// The decimal digits of `n` (formatting a 128-bit number is slow; these mostly fit 64 bits).
 fn push_digits(out: &mut Vec<u8>, n: u128) {
     let Ok(mut n) = u64::try_from(n) else {
@@ -84,13 +110,16 @@ fn push_digits(out: &mut Vec<u8>, n: u128) {
     };
     let mut digits = [0u8; 20];
     let mut at = digits.len();
-    loop {
+    while n >= 10 {
+        let pair = (n % 100) as usize * 2;
+        at -= 2;
+        digits[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+        n /= 100;
+    }
+    // a leading zero where the last pair was the top two digits
+    if n > 0 || at == digits.len() {
         at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
+        digits[at] = b'0' + n as u8;
     }
     out.extend_from_slice(&digits[at..]);
 }
@@ -120,15 +149,14 @@ impl Spans {
                 keys.to_json_spelled(keys.key(lane), lane_spelling)
             );
             for span in spans {
-                let integer = matches!(index.events[span.first as usize].current_ts(), Some(Num::Int(_)));
                 buffer.extend_from_slice(separator);
                 separator = b", ";
                 buffer.extend_from_slice(b"{\"ph\": \"X\", \"cat\": \"gpu_user_annotation\", \"name\": ");
                 buffer.extend_from_slice(names[span.name as usize].as_bytes());
                 buffer.extend_from_slice(place.as_bytes());
-                push_micros(&mut buffer, self.base + span.start as i128, integer);
+                push_micros(&mut buffer, self.base + span.start as i128, span.integer);
                 buffer.extend_from_slice(b", \"dur\": ");
-                push_micros(&mut buffer, (span.end - span.start) as i128, integer);
+                push_micros(&mut buffer, (span.end - span.start) as i128, span.integer);
                 buffer.extend_from_slice(tail.as_bytes());
                 if buffer.len() >= (1 << 16) - 512 {
                     out.write_all(&buffer)?;
@@ -141,12 +169,14 @@ impl Spans {
 }
 
 /// One graphed event: its lane's index, its position, its value's chain of prefixes
-/// (`NONE`: no value) and its start and end ([`ticks`] from the base).
+/// (`NONE`: no value), whether its start is an integer, and its start and end
+/// ([`ticks`] from the base).
 #[derive(Clone, Copy)]
 struct Placed {
     lane: u32,
     event: u32,
     chain: u32,
+    integer: bool,
     start: i64,
     end: i64,
 }
@@ -162,6 +192,9 @@ struct Places<'a, F> {
     lanes: Vec<(KeyId, KeyId, Spelling, Spelling)>,
     lane_ids: HashMap<(KeyId, KeyId), u32>,
     base: Option<i128>,
+    /// The last node's chain and the last lane, asked again and again.
+    last_chain: Option<(NodeId, u32)>,
+    last_lane: Option<((KeyId, KeyId), u32)>,
 }
 
 impl<'a, F: Fn(NodeId) -> Option<&'a str>> Places<'a, F> {
@@ -170,28 +203,45 @@ impl<'a, F: Fn(NodeId) -> Option<&'a str>> Places<'a, F> {
         if !is_lane_candidate(e, false, OddEvents::Skip) {
             return None;
         }
-        let (start, dur) = (ticks(e.current_ts()?)?, ticks(e.dur())?);
+        let ts = e.current_ts()?;
+        let (start, dur) = (ticks(ts)?, ticks(e.dur())?);
         let base = *self.base.get_or_insert(start);
         // a trace spanning centuries has no spans past them
         let (Ok(start), Ok(end)) = (i64::try_from(start - base), i64::try_from(start + dur - base)) else {
             return None;
         };
         let chain = match e.annotation() {
-            Some(node) => match self.chain_of.get(&node) {
-                Some(&chain) => chain,
-                None => {
-                    let chain = self.chain(node);
-                    self.chain_of.insert(node, chain);
+            Some(node) => match self.last_chain {
+                Some((last, chain)) if last == node => chain,
+                _ => {
+                    let chain = match self.chain_of.get(&node) {
+                        Some(&chain) => chain,
+                        None => {
+                            let chain = self.chain(node);
+                            self.chain_of.insert(node, chain);
+                            chain
+                        }
+                    };
+                    self.last_chain = Some((node, chain));
                     chain
                 }
             },
             None => NONE,
         };
-        let lane = *self.lane_ids.entry((e.pid, e.current_tid())).or_insert_with(|| {
-            self.lanes.push((e.pid, e.current_tid(), e.pid_spelling(), e.current_tid_spelling()));
-            self.lanes.len() as u32 - 1
-        });
-        Some(Placed { lane, event: i as u32, chain, start, end })
+        let place = (e.pid, e.current_tid());
+        let lane = match self.last_lane {
+            Some((last, lane)) if last == place => lane,
+            _ => {
+                let lane = *self.lane_ids.entry(place).or_insert_with(|| {
+                    self.lanes.push((e.pid, e.current_tid(), e.pid_spelling(), e.current_tid_spelling()));
+                    self.lanes.len() as u32 - 1
+                });
+                self.last_lane = Some((place, lane));
+                lane
+            }
+        };
+        let integer = matches!(ts, Num::Int(_));
+        Some(Placed { lane, event: i as u32, chain, integer, start, end })
     }
 
     /// The chain of a node's value (`NONE`: it has none).
@@ -222,6 +272,8 @@ pub fn scope_spans<'a>(index: &TraceIndex, value_of: impl Fn(NodeId) -> Option<&
         lanes: Vec::new(),
         lane_ids: HashMap::default(),
         base: None,
+        last_chain: None,
+        last_lane: None,
     };
     let mut lanes: Vec<LaneSpans> = Vec::new();
     for (i, e) in index.events.iter().enumerate() {
@@ -230,28 +282,36 @@ pub fn scope_spans<'a>(index: &TraceIndex, value_of: impl Fn(NodeId) -> Option<&
             lanes.push(LaneSpans::new());
         }
         let lane = &mut lanes[p.lane as usize];
-        if lane.unsorted {
-            continue;
-        }
-        if p.start < lane.last_start {
-            *lane = LaneSpans { unsorted: true, ..LaneSpans::new() };
+        if p.start < lane.latest || lane.skew.is_some() {
+            // out of start order: the lane is walked again; how far back events go
+            let skew = lane.skew.unwrap_or(0).max(lane.latest.saturating_sub(p.start));
+            *lane = LaneSpans { skew: Some(skew), latest: lane.latest.max(p.start), ..LaneSpans::new() };
             continue;
         }
         lane.push(p, e.correlation(), &places.chains);
     }
-    // the lanes whose events are not in start order: gathered, sorted and walked again
-    if lanes.iter().any(|lane| lane.unsorted) {
-        let mut gathered: Vec<Vec<Placed>> = vec![Vec::new(); lanes.len()];
+    if lanes.iter().any(|lane| lane.skew.is_some()) {
+        let mut held: Vec<BinaryHeap<Reverse<Held>>> = lanes.iter().map(|_| BinaryHeap::new()).collect();
+        for lane in lanes.iter_mut().filter(|lane| lane.skew.is_some()) {
+            lane.latest = i64::MIN;
+        }
         for (i, e) in index.events.iter().enumerate() {
-            if let Some(p) = places.place(i, e).filter(|p| lanes[p.lane as usize].unsorted) {
-                gathered[p.lane as usize].push(p);
+            let Some(p) = places.place(i, e) else { continue };
+            let (lane, held) = (&mut lanes[p.lane as usize], &mut held[p.lane as usize]);
+            let Some(skew) = lane.skew else { continue };
+            lane.latest = lane.latest.max(p.start);
+            held.push(Reverse(Held { start: p.start, placed: p, replay: e.correlation() }));
+            // no event to come starts before this
+            let bound = lane.latest.saturating_sub(skew);
+            while let Some(Reverse(first)) = held.peek().filter(|Reverse(h)| h.start <= bound) {
+                let (p, replay) = (first.placed, first.replay);
+                held.pop();
+                lane.push(p, replay, &places.chains);
             }
         }
-        for (lane, mut run) in lanes.iter_mut().zip(gathered).filter(|(lane, _)| lane.unsorted) {
-            run.sort_unstable_by_key(|p| (p.start, p.event));
-            *lane = LaneSpans::new();
-            for p in run {
-                lane.push(p, index.events[p.event as usize].correlation(), &places.chains);
+        for (lane, mut held) in lanes.iter_mut().zip(held) {
+            while let Some(Reverse(h)) = held.pop() {
+                lane.push(h.placed, h.replay, &places.chains);
             }
         }
     }
@@ -272,7 +332,7 @@ fn prefixes(path: &str) -> impl Iterator<Item = &str> {
 /// prefix of their chains.
 #[derive(Clone, Copy)]
 struct Cluster {
-    first: u32,
+    integer: bool,
     start: i64,
     end: i64,
     replay: Option<i64>,
@@ -290,10 +350,44 @@ struct LaneSpans {
     open: Vec<u32>,
     open_replay: Option<Option<i64>>,
     cluster: Option<Cluster>,
-    /// The start of the last event (`i64::MIN` before the first).
-    last_start: i64,
-    /// Events came out of start order: the lane is walked again, sorted.
-    unsorted: bool,
+    /// The latest start so far (`i64::MIN` before the first event).
+    latest: i64,
+    /// Where events came out of start order: how far (ns) one started before one listed
+    /// earlier, at most.
+    skew: Option<i64>,
+}
+
+/// An event held back on a lane walked again, until none to come can start before it.
+struct Held {
+    start: i64,
+    placed: Placed,
+    replay: Option<i64>,
+}
+
+impl Held {
+    fn key(&self) -> (i64, u32) {
+        (self.start, self.placed.event)
+    }
+}
+
+impl PartialEq for Held {
+    fn eq(&self, other: &Held) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for Held {}
+
+impl PartialOrd for Held {
+    fn partial_cmp(&self, other: &Held) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Held {
+    fn cmp(&self, other: &Held) -> std::cmp::Ordering {
+        self.key().cmp(&other.key())
+    }
 }
 
 impl LaneSpans {
@@ -303,13 +397,13 @@ impl LaneSpans {
             open: Vec::new(),
             open_replay: None,
             cluster: None,
-            last_start: i64::MIN,
-            unsorted: false,
+            latest: i64::MIN,
+            skew: None,
         }
     }
 
     fn push(&mut self, p: Placed, replay: Option<i64>, chains: &[Vec<u32>]) {
-        self.last_start = p.start;
+        self.latest = self.latest.max(p.start);
         let chain_len = |chain: u32| if chain == NONE { 0 } else { chains[chain as usize].len() as u32 };
         if let Some(c) = self.cluster.as_mut().filter(|c| p.start < c.end) {
             c.one_replay &= replay == c.replay;
@@ -329,7 +423,7 @@ impl LaneSpans {
             self.close(c, chains);
         }
         self.cluster = Some(Cluster {
-            first: p.event,
+            integer: p.integer,
             start: p.start,
             end: p.end,
             replay,
@@ -359,7 +453,7 @@ impl LaneSpans {
         }
         for &name in &path[depth..] {
             self.open.push(spans.len() as u32);
-            spans.push(Span { name, first: c.first, start: c.start, end: c.end });
+            spans.push(Span { name, integer: c.integer, start: c.start, end: c.end });
         }
     }
 
@@ -402,5 +496,30 @@ mod tests {
             String::from_utf8(out).unwrap(),
             format!("2.500 3 3.000 0.007 -1234.567 1733212345678901234 {}", i128::MAX / 1000)
         );
+    }
+
+    #[test]
+    fn digits_are_those_rust_writes() {
+        let powers = (0..39).flat_map(|p| {
+            let n = 10u128.pow(p);
+            [n - 1, n, n + 1, n.saturating_mul(7) - 3]
+        });
+        for n in (0..=1_000).chain(powers).chain([u64::MAX as u128, u64::MAX as u128 + 1, u128::MAX]) {
+            let mut out = Vec::new();
+            push_digits(&mut out, n);
+            assert_eq!(String::from_utf8(out).unwrap(), n.to_string());
+        }
+    }
+
+    #[test]
+    fn ticks_round_floats_to_nanoseconds() {
+        assert_eq!(ticks(Num::Float(1.5)), Some(1_500));
+        assert_eq!(ticks(Num::Float(-0.0015)), Some(-2));
+        assert_eq!(ticks(Num::Float(5_361_804_756_551.771)), Some(5_361_804_756_551_771));
+        for f in [1e20, -1e20, 9.3e15, -9.3e15, 8.9e15, 1e29] {
+            assert_eq!(ticks(Num::Float(f)), Some((f * 1000.0).round() as i128), "{f}");
+        }
+        assert_eq!(ticks(Num::Float(f64::NAN)), None);
+        assert_eq!(ticks(Num::Int(i64::MIN)), Some(i64::MIN as i128 * 1000));
     }
 }
