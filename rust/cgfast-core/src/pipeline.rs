@@ -215,29 +215,31 @@ pub fn annotate_file(
     let mut edit = |id: usize, original: &[u8], out: &mut Vec<u8>| rewriting.edit(id, original, out);
     // the spans are found and written out while the rewrite copies the trace
     let index = &index;
-    let spans_json = |key: &str| {
+    let find_spans = |key: &str| {
         let value_of = |node: NodeId| {
             resolved
                 .get(&node)
                 .and_then(|r| r.writes.iter().rev().find(|(k, _)| k == key))
                 .map(|(_, v)| v.as_str())
         };
-        let spans = spans::scope_spans(index, value_of);
-        (spans.len() as u64, (!spans.is_empty()).then(|| spans.to_json(index, key)))
+        spans::scope_spans(index, value_of)
     };
     let mut spans_made = None;
     std::thread::scope(|scope| {
         let key = options.spans.as_deref();
-        let mut early = key.filter(|_| crate::threads() > 1).map(|key| scope.spawn(move || spans_json(key)));
+        let mut early = key.filter(|_| crate::threads() > 1).map(|key| scope.spawn(move || find_spans(key)));
         let mut appended = || {
             let made = match early.take() {
                 Some(job) => Some(job.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))),
-                None => key.map(spans_json),
+                None => key.map(find_spans),
             };
-            let mut appended = std::mem::take(&mut lane_names);
-            if let Some((count, json)) = made {
-                spans_made = Some(count);
-                appended.extend(json);
+            let mut appended: Vec<Box<dyn rewrite::Appended>> =
+                std::mem::take(&mut lane_names).into_iter().map(|name| Box::new(name) as _).collect();
+            if let (Some(spans), Some(key)) = (made, key) {
+                spans_made = Some(spans.len() as u64);
+                if !spans.is_empty() {
+                    appended.push(Box::new(SpansJson { spans, index, key }));
+                }
             }
             appended
         };
@@ -379,6 +381,19 @@ impl Timing {
     }
 }
 
+/// The spans as the rewrite appends them, written as they go out.
+struct SpansJson<'a> {
+    spans: spans::Spans,
+    index: &'a TraceIndex,
+    key: &'a str,
+}
+
+impl rewrite::Appended for SpansJson<'_> {
+    fn write_to(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        self.spans.write_json(self.index, self.key, out)
+    }
+}
+
 /// The three passes. Once the events have their lanes, the lane passes gather their
 /// events on a second thread while the annotate pass finds the flows they move, then
 /// decide there while it moves flows and removes noise (they read only the lanes it
@@ -498,7 +513,12 @@ fn changes<'a>(index: &'a TraceIndex, layout: &'a scan::Layout) -> impl Iterator
     let events =
         index.events.iter().zip(&layout.event_spans).enumerate().filter(|(_, (e, _))| e.changed()).map(
             |(i, (e, span))| {
-                let action = if e.removed() { Action::Remove } else { Action::Replace { id: i } };
+                let action = match (e.removed(), e.scope_span()) {
+                    (false, _) => Action::Replace { id: i },
+                    (true, false) => Action::Remove,
+                    // a span an earlier run appended goes as it came
+                    (true, true) => Action::RemoveAppended,
+                };
                 Change { span: *span, ordinal: e.ordinal as u64, action }
             },
         );

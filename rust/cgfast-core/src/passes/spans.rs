@@ -8,23 +8,34 @@
 //! replays): a span never starts or ends inside an event, so spans on a lane are always
 //! nested or disjoint, and an event lies inside the span of its whole value unless it
 //! overlaps an event of another value (then of their common prefix).
+//!
+//! The spans are found in one walk over the events, each lane keeping only its open
+//! spans and the cluster it is gathering, so that memory grows with the spans, not with
+//! the trace. That needs a lane's events in start order. A lane whose events come out of
+//! it (one that holds events of several streams) is walked again, each event held back
+//! until no later one can start before it: by the walk before, none starts more than
+//! the lane's skew before one listed earlier, so only the events of a skew's time are
+//! held.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::io::{self, Write};
 
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::index::keys::{KeyId, Num, Spelling};
-use crate::index::{NodeId, TraceIndex, NONE};
+use crate::index::{NodeId, TraceIndex, Tracked, NONE};
 use crate::json::quote;
 use crate::passes::{is_lane_candidate, OddEvents};
 
 /// A scope span: a prefix of the key's value over a run of events on one lane.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Span {
-    /// Its pid and lane, by index in [`Spans::lanes`].
-    pub lane: u32,
     /// The dotted prefix, by index in [`Spans::names`].
     pub name: u32,
-    /// The event it starts with.
-    pub first: u32,
+    /// Whether the event it starts with has an integer start: its times are written as
+    /// integers where they are whole.
+    pub integer: bool,
     /// Start and end in nanoseconds ([`ticks`]) from [`Spans::base`].
     pub start: i64,
     pub end: i64,
@@ -37,7 +48,8 @@ pub struct Spans {
     /// (pid, lane, how the first event there spells them).
     pub lanes: Vec<(KeyId, KeyId, Spelling, Spelling)>,
     pub base: i128,
-    pub spans: Vec<Span>,
+    /// Each lane's spans (by index in `lanes`), in the order they open.
+    pub spans: Vec<Vec<Span>>,
 }
 
 /// A time in whole nanoseconds, as viewers read microseconds: integers exactly, floats
@@ -46,177 +58,269 @@ pub struct Spans {
 pub fn ticks(n: Num) -> Option<i128> {
     match n {
         Num::Int(i) => Some(i as i128 * 1000),
-        Num::Float(f) if f.is_finite() && f.abs() < 1e30 => Some((f * 1000.0).round() as i128),
+        Num::Float(f) if f.is_finite() && f.abs() < 1e30 => {
+            let ns = (f * 1000.0).round();
+            // a float converts to 64 bits in one instruction, to 128 in a call
+            Some(if ns.abs() < 9e18 { ns as i64 as i128 } else { ns as i128 })
+        }
         Num::Float(_) => None,
     }
 }
 
 /// Nanoseconds as JSON microseconds: an integer where they are whole and the trace
 /// writes integer times, else with three decimals.
-fn push_micros(out: &mut String, ns: i128, integer: bool) {
+fn push_micros(out: &mut Vec<u8>, ns: i128, integer: bool) {
     if ns < 0 {
-        out.push('-');
+        out.push(b'-');
     }
     let ns = ns.unsigned_abs();
-    let (whole, frac) = (ns / 1000, (ns % 1000) as u32);
+    // dividing 64 bits is much faster, and times fit them
+    let (whole, frac) = match u64::try_from(ns) {
+        Ok(ns) => ((ns / 1000) as u128, (ns % 1000) as u32),
+        Err(_) => (ns / 1000, (ns % 1000) as u32),
+    };
     push_digits(out, whole);
     if !(integer && frac == 0) {
-        let digits =
-            [b'.', b'0' + (frac / 100) as u8, b'0' + (frac / 10 % 10) as u8, b'0' + (frac % 10) as u8];
-        out.push_str(std::str::from_utf8(&digits).expect("ASCII"));
+        out.extend_from_slice(&[
+            b'.',
+            b'0' + (frac / 100) as u8,
+            b'0' + (frac / 10 % 10) as u8,
+            b'0' + (frac % 10) as u8,
+        ]);
     }
 }
 
+/// "00", "01", ... "99": digits are written two at a time.
+const DIGIT_PAIRS: [u8; 200] = {
+    let mut pairs = [0u8; 200];
+    let mut i = 0;
+    while i < 100 {
+        pairs[2 * i] = b'0' + (i / 10) as u8;
+        pairs[2 * i + 1] = b'0' + (i % 10) as u8;
+        i += 1;
+    }
+    pairs
+};
+
 /// The decimal digits of `n` (formatting a 128-bit number is slow; these mostly fit 64 bits).
-fn push_digits(out: &mut String, n: u128) {
+fn push_digits(out: &mut Vec<u8>, n: u128) {
     let Ok(mut n) = u64::try_from(n) else {
-        out.push_str(&n.to_string());
+        out.extend_from_slice(n.to_string().as_bytes());
         return;
     };
     let mut digits = [0u8; 20];
     let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
+    while n >= 10 {
+        let pair = (n % 100) as usize * 2;
+        at -= 2;
+        digits[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+        n /= 100;
     }
-    out.push_str(std::str::from_utf8(&digits[at..]).expect("ASCII"));
+    // a leading zero where the last pair was the top two digits
+    if n > 0 || at == digits.len() {
+        at -= 1;
+        digits[at] = b'0' + n as u8;
+    }
+    out.extend_from_slice(&digits[at..]);
 }
 
 impl Spans {
     pub fn len(&self) -> usize {
-        self.spans.len()
+        self.spans.iter().map(Vec::len).sum()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.spans.is_empty()
+        self.spans.iter().all(Vec::is_empty)
     }
 
-    /// The spans as trace events, separated as in `traceEvents`; `key` names the
-    /// annotation key they show.
-    pub fn to_json(&self, index: &TraceIndex, key: &str) -> String {
+    /// Write the spans as trace events, lane by lane, separated as in `traceEvents`;
+    /// `key` names the annotation key they show.
+    pub fn write_json(&self, index: &TraceIndex, key: &str, out: &mut dyn Write) -> io::Result<()> {
         let keys = &index.keys;
         let names: Vec<String> = self.names.iter().map(|n| quote(n)).collect();
-        let places: Vec<String> = self
-            .lanes
-            .iter()
-            .map(|&(pid, lane, pid_spelling, lane_spelling)| {
-                let pid = if pid == NONE {
-                    "0".to_string()
-                } else {
-                    keys.to_json_spelled(keys.key(pid), pid_spelling)
-                };
-                format!(
-                    ", \"pid\": {pid}, \"tid\": {}, \"ts\": ",
-                    keys.to_json_spelled(keys.key(lane), lane_spelling)
-                )
-            })
-            .collect();
         let tail = format!(", \"args\": {{\"cgfast\": \"scope\", \"key\": {}}}}}", quote(key));
-        let mut out = String::with_capacity(self.spans.len() * (tail.len() + 120));
-        for (i, span) in self.spans.iter().enumerate() {
-            if i > 0 {
-                out.push_str(", ");
+        let mut buffer = Vec::with_capacity(1 << 16);
+        let mut separator: &[u8] = b"";
+        for (&(pid, lane, pid_spelling, lane_spelling), spans) in self.lanes.iter().zip(&self.spans) {
+            let pid =
+                if pid == NONE { "0".to_string() } else { keys.to_json_spelled(keys.key(pid), pid_spelling) };
+            let place = format!(
+                ", \"pid\": {pid}, \"tid\": {}, \"ts\": ",
+                keys.to_json_spelled(keys.key(lane), lane_spelling)
+            );
+            for span in spans {
+                buffer.extend_from_slice(separator);
+                separator = b", ";
+                buffer.extend_from_slice(b"{\"ph\": \"X\", \"cat\": \"gpu_user_annotation\", \"name\": ");
+                buffer.extend_from_slice(names[span.name as usize].as_bytes());
+                buffer.extend_from_slice(place.as_bytes());
+                push_micros(&mut buffer, self.base + span.start as i128, span.integer);
+                buffer.extend_from_slice(b", \"dur\": ");
+                push_micros(&mut buffer, (span.end - span.start) as i128, span.integer);
+                buffer.extend_from_slice(tail.as_bytes());
+                if buffer.len() >= (1 << 16) - 512 {
+                    out.write_all(&buffer)?;
+                    buffer.clear();
+                }
             }
-            let integer = matches!(index.events[span.first as usize].current_ts(), Some(Num::Int(_)));
-            out.push_str("{\"ph\": \"X\", \"cat\": \"gpu_user_annotation\", \"name\": ");
-            out.push_str(&names[span.name as usize]);
-            out.push_str(&places[span.lane as usize]);
-            push_micros(&mut out, self.base + span.start as i128, integer);
-            out.push_str(", \"dur\": ");
-            push_micros(&mut out, (span.end - span.start) as i128, integer);
-            out.push_str(&tail);
         }
-        out
+        out.write_all(&buffer)
     }
 }
 
 /// One graphed event: its lane's index, its position, its value's chain of prefixes
-/// (`NONE`: no value) and its start and end ([`ticks`] from the base).
+/// (`NONE`: no value), whether its start is an integer, and its start and end
+/// ([`ticks`] from the base).
 #[derive(Clone, Copy)]
 struct Placed {
     lane: u32,
     event: u32,
     chain: u32,
+    integer: bool,
     start: i64,
     end: i64,
+}
+
+/// What places events: the tables of names, chains and lanes, filled as events come.
+struct Places<'a, F> {
+    value_of: F,
+    names: Vec<String>,
+    name_ids: HashMap<&'a str, u32>,
+    /// each value as the names of its prefixes, shortest first
+    chains: Vec<Vec<u32>>,
+    chain_of: HashMap<NodeId, u32>,
+    lanes: Vec<(KeyId, KeyId, Spelling, Spelling)>,
+    lane_ids: HashMap<(KeyId, KeyId), u32>,
+    base: Option<i128>,
+    /// The last node's chain and the last lane, asked again and again.
+    last_chain: Option<(NodeId, u32)>,
+    last_lane: Option<((KeyId, KeyId), u32)>,
+}
+
+impl<'a, F: Fn(NodeId) -> Option<&'a str>> Places<'a, F> {
+    /// Where event `i` lies, if it is a graphed event with a usable time.
+    fn place(&mut self, i: usize, e: &Tracked) -> Option<Placed> {
+        if !is_lane_candidate(e, false, OddEvents::Skip) {
+            return None;
+        }
+        let ts = e.current_ts()?;
+        let (start, dur) = (ticks(ts)?, ticks(e.dur())?);
+        let base = *self.base.get_or_insert(start);
+        // a trace spanning centuries has no spans past them
+        let (Ok(start), Ok(end)) = (i64::try_from(start - base), i64::try_from(start + dur - base)) else {
+            return None;
+        };
+        let chain = match e.annotation() {
+            Some(node) => match self.last_chain {
+                Some((last, chain)) if last == node => chain,
+                _ => {
+                    let chain = match self.chain_of.get(&node) {
+                        Some(&chain) => chain,
+                        None => {
+                            let chain = self.chain(node);
+                            self.chain_of.insert(node, chain);
+                            chain
+                        }
+                    };
+                    self.last_chain = Some((node, chain));
+                    chain
+                }
+            },
+            None => NONE,
+        };
+        let place = (e.pid, e.current_tid());
+        let lane = match self.last_lane {
+            Some((last, lane)) if last == place => lane,
+            _ => {
+                let lane = *self.lane_ids.entry(place).or_insert_with(|| {
+                    self.lanes.push((e.pid, e.current_tid(), e.pid_spelling(), e.current_tid_spelling()));
+                    self.lanes.len() as u32 - 1
+                });
+                self.last_lane = Some((place, lane));
+                lane
+            }
+        };
+        let integer = matches!(ts, Num::Int(_));
+        Some(Placed { lane, event: i as u32, chain, integer, start, end })
+    }
+
+    /// The chain of a node's value (`NONE`: it has none).
+    fn chain(&mut self, node: NodeId) -> u32 {
+        let Some(value) = (self.value_of)(node) else { return NONE };
+        let chain = prefixes(value)
+            .map(|prefix| {
+                *self.name_ids.entry(prefix).or_insert_with(|| {
+                    self.names.push(prefix.to_string());
+                    self.names.len() as u32 - 1
+                })
+            })
+            .collect();
+        self.chains.push(chain);
+        self.chains.len() as u32 - 1
+    }
 }
 
 /// The spans of every lane, from the events' final lanes and starts; `value_of` gives
 /// the key's value for an annotated node.
 pub fn scope_spans<'a>(index: &TraceIndex, value_of: impl Fn(NodeId) -> Option<&'a str>) -> Spans {
-    let mut out = Spans::default();
-    let mut name_ids: HashMap<&'a str, u32> = HashMap::default();
-    // each value as the names of its prefixes, shortest first
-    let mut chains: Vec<Vec<u32>> = Vec::new();
-    let mut chain_of: HashMap<NodeId, u32> = HashMap::default();
-    let mut lane_ids: HashMap<(KeyId, KeyId), u32> = HashMap::default();
-    let mut placed = Vec::new();
-    let mut base = None;
+    let mut places = Places {
+        value_of,
+        names: Vec::new(),
+        name_ids: HashMap::default(),
+        chains: Vec::new(),
+        chain_of: HashMap::default(),
+        lanes: Vec::new(),
+        lane_ids: HashMap::default(),
+        base: None,
+        last_chain: None,
+        last_lane: None,
+    };
+    let mut lanes: Vec<LaneSpans> = Vec::new();
     for (i, e) in index.events.iter().enumerate() {
-        if !is_lane_candidate(e, false, OddEvents::Skip) {
+        let Some(p) = places.place(i, e) else { continue };
+        if p.lane as usize == lanes.len() {
+            lanes.push(LaneSpans::new());
+        }
+        let lane = &mut lanes[p.lane as usize];
+        if p.start < lane.latest || lane.skew.is_some() {
+            // out of start order: the lane is walked again; how far back events go
+            let skew = lane.skew.unwrap_or(0).max(lane.latest.saturating_sub(p.start));
+            *lane = LaneSpans { skew: Some(skew), latest: lane.latest.max(p.start), ..LaneSpans::new() };
             continue;
         }
-        let Some(ts) = e.current_ts() else { continue };
-        let (Some(start), Some(dur)) = (ticks(ts), ticks(e.dur())) else { continue };
-        let base = *base.get_or_insert(start);
-        // a trace spanning centuries has no spans past them
-        let (Ok(start), Ok(end)) = (i64::try_from(start - base), i64::try_from(start + dur - base)) else {
-            continue;
-        };
-        let chain = match e.annotation() {
-            Some(node) => *chain_of.entry(node).or_insert_with(|| match value_of(node) {
-                Some(v) => {
-                    let chain = prefixes(v)
-                        .map(|prefix| {
-                            *name_ids.entry(prefix).or_insert_with(|| {
-                                out.names.push(prefix.to_string());
-                                out.names.len() as u32 - 1
-                            })
-                        })
-                        .collect();
-                    chains.push(chain);
-                    chains.len() as u32 - 1
-                }
-                None => NONE,
-            }),
-            None => NONE,
-        };
-        let lane = *lane_ids.entry((e.pid, e.current_tid())).or_insert_with(|| {
-            out.lanes.push((e.pid, e.current_tid(), e.pid_spelling(), e.current_tid_spelling()));
-            out.lanes.len() as u32 - 1
-        });
-        placed.push(Placed { lane, event: i as u32, chain, start, end });
+        lane.push(p, e.correlation(), &places.chains);
     }
-    out.base = base.unwrap_or(0);
-    // each lane's events together (in position order: nearly in start order already),
-    // then in start order
-    let mut first_of_lane = vec![0usize; out.lanes.len() + 1];
-    for p in &placed {
-        first_of_lane[p.lane as usize + 1] += 1;
-    }
-    for lane in 1..first_of_lane.len() {
-        first_of_lane[lane] += first_of_lane[lane - 1];
-    }
-    let mut by_lane = vec![Placed { lane: 0, event: 0, chain: NONE, start: 0, end: 0 }; placed.len()];
-    let mut next = first_of_lane.clone();
-    for p in placed {
-        by_lane[next[p.lane as usize]] = p;
-        next[p.lane as usize] += 1;
-    }
-    for lane in 0..out.lanes.len() {
-        let run = &mut by_lane[first_of_lane[lane]..first_of_lane[lane + 1]];
-        if !run.is_sorted_by_key(|p| (p.start, p.event)) {
-            run.sort_unstable_by_key(|p| (p.start, p.event));
+    if lanes.iter().any(|lane| lane.skew.is_some()) {
+        let mut held: Vec<BinaryHeap<Reverse<Held>>> = lanes.iter().map(|_| BinaryHeap::new()).collect();
+        for lane in lanes.iter_mut().filter(|lane| lane.skew.is_some()) {
+            lane.latest = i64::MIN;
         }
-        if !run.is_empty() {
-            spans_of_lane(index, run, &chains, &mut out.spans);
+        for (i, e) in index.events.iter().enumerate() {
+            let Some(p) = places.place(i, e) else { continue };
+            let (lane, held) = (&mut lanes[p.lane as usize], &mut held[p.lane as usize]);
+            let Some(skew) = lane.skew else { continue };
+            lane.latest = lane.latest.max(p.start);
+            held.push(Reverse(Held { start: p.start, placed: p, replay: e.correlation() }));
+            // no event to come starts before this
+            let bound = lane.latest.saturating_sub(skew);
+            while let Some(Reverse(first)) = held.peek().filter(|Reverse(h)| h.start <= bound) {
+                let (p, replay) = (first.placed, first.replay);
+                held.pop();
+                lane.push(p, replay, &places.chains);
+            }
+        }
+        for (lane, mut held) in lanes.iter_mut().zip(held) {
+            while let Some(Reverse(h)) = held.pop() {
+                lane.push(h.placed, h.replay, &places.chains);
+            }
         }
     }
-    out
+    Spans {
+        names: places.names,
+        lanes: places.lanes,
+        base: places.base.unwrap_or(0),
+        spans: lanes.into_iter().map(|lane| lane.finish(&places.chains)).collect(),
+    }
 }
 
 /// The dotted prefixes of a path, shortest first.
@@ -224,52 +328,140 @@ fn prefixes(path: &str) -> impl Iterator<Item = &str> {
     path.match_indices('.').map(move |(i, _)| &path[..i]).chain((!path.is_empty()).then_some(path))
 }
 
-/// The spans of one lane, its events in start order: a run ends where the replay changes.
-fn spans_of_lane(index: &TraceIndex, run: &[Placed], chains: &[Vec<u32>], spans: &mut Vec<Span>) {
-    let lane = run[0].lane;
-    // the spans open now, outermost first, by their position in `spans`
-    let mut open: Vec<usize> = Vec::new();
-    let mut open_replay = None;
-    let mut k = 0;
-    while k < run.len() {
-        // a cluster: the events that start before the ones before them end; its path is
-        // the common prefix of their chains
-        let (first, start, mut end) = (run[k].event, run[k].start, run[k].end);
-        let replay = index.events[first as usize].correlation();
-        let mut path: Option<&[u32]> = None;
-        let mut one_replay = true;
-        loop {
-            let p = &run[k];
-            if p.event != first {
-                one_replay &= index.events[p.event as usize].correlation() == replay;
-            }
+/// The events that start before the ones before them end: its path is the common
+/// prefix of their chains.
+#[derive(Clone, Copy)]
+struct Cluster {
+    integer: bool,
+    start: i64,
+    end: i64,
+    replay: Option<i64>,
+    /// The path: the first `depth` names of chain `chain` (`NONE`: no event has one).
+    chain: u32,
+    depth: u32,
+    one_replay: bool,
+}
+
+/// One lane's spans, its events given in start order: a run ends where the replay
+/// changes.
+struct LaneSpans {
+    spans: Vec<Span>,
+    /// The spans open now, outermost first, by their position in `spans`.
+    open: Vec<u32>,
+    open_replay: Option<Option<i64>>,
+    cluster: Option<Cluster>,
+    /// The latest start so far (`i64::MIN` before the first event).
+    latest: i64,
+    /// Where events came out of start order: how far (ns) one started before one listed
+    /// earlier, at most.
+    skew: Option<i64>,
+}
+
+/// An event held back on a lane walked again, until none to come can start before it.
+struct Held {
+    start: i64,
+    placed: Placed,
+    replay: Option<i64>,
+}
+
+impl Held {
+    fn key(&self) -> (i64, u32) {
+        (self.start, self.placed.event)
+    }
+}
+
+impl PartialEq for Held {
+    fn eq(&self, other: &Held) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for Held {}
+
+impl PartialOrd for Held {
+    fn partial_cmp(&self, other: &Held) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Held {
+    fn cmp(&self, other: &Held) -> std::cmp::Ordering {
+        self.key().cmp(&other.key())
+    }
+}
+
+impl LaneSpans {
+    fn new() -> LaneSpans {
+        LaneSpans {
+            spans: Vec::new(),
+            open: Vec::new(),
+            open_replay: None,
+            cluster: None,
+            latest: i64::MIN,
+            skew: None,
+        }
+    }
+
+    fn push(&mut self, p: Placed, replay: Option<i64>, chains: &[Vec<u32>]) {
+        self.latest = self.latest.max(p.start);
+        let chain_len = |chain: u32| if chain == NONE { 0 } else { chains[chain as usize].len() as u32 };
+        if let Some(c) = self.cluster.as_mut().filter(|c| p.start < c.end) {
+            c.one_replay &= replay == c.replay;
             if p.chain != NONE {
-                let chain = chains[p.chain as usize].as_slice();
-                path = Some(match path {
-                    None => chain,
-                    Some(q) => &q[..q.iter().zip(chain).take_while(|(a, b)| a == b).count()],
-                });
+                if c.chain == NONE {
+                    (c.chain, c.depth) = (p.chain, chain_len(p.chain));
+                } else {
+                    let (path, other) =
+                        (&chains[c.chain as usize][..c.depth as usize], &chains[p.chain as usize]);
+                    c.depth = path.iter().zip(other).take_while(|(a, b)| a == b).count() as u32;
+                }
             }
-            end = end.max(p.end);
-            k += 1;
-            if k == run.len() || run[k].start >= end {
-                break;
-            }
+            c.end = c.end.max(p.end);
+            return;
         }
-        let path = path.filter(|_| one_replay).unwrap_or(&[]);
-        if open_replay != Some(replay) {
-            open.clear();
-            open_replay = Some(replay);
+        if let Some(c) = self.cluster.take() {
+            self.close(c, chains);
         }
-        let depth = open.iter().zip(path).take_while(|(&s, &name)| spans[s].name == name).count();
-        open.truncate(depth);
-        for &s in &open {
-            spans[s].end = end;
+        self.cluster = Some(Cluster {
+            integer: p.integer,
+            start: p.start,
+            end: p.end,
+            replay,
+            chain: p.chain,
+            depth: chain_len(p.chain),
+            one_replay: true,
+        });
+    }
+
+    /// The cluster's path continues the open spans it shares, and opens the rest.
+    fn close(&mut self, c: Cluster, chains: &[Vec<u32>]) {
+        let path: &[u32] = match c.chain {
+            NONE => &[],
+            _ if !c.one_replay => &[],
+            chain => &chains[chain as usize][..c.depth as usize],
+        };
+        if self.open_replay != Some(c.replay) {
+            self.open.clear();
+            self.open_replay = Some(c.replay);
+        }
+        let spans = &mut self.spans;
+        let depth =
+            self.open.iter().zip(path).take_while(|(&s, &name)| spans[s as usize].name == name).count();
+        self.open.truncate(depth);
+        for &s in &self.open {
+            spans[s as usize].end = c.end;
         }
         for &name in &path[depth..] {
-            open.push(spans.len());
-            spans.push(Span { lane, name, first, start, end });
+            self.open.push(spans.len() as u32);
+            spans.push(Span { name, integer: c.integer, start: c.start, end: c.end });
         }
+    }
+
+    fn finish(mut self, chains: &[Vec<u32>]) -> Vec<Span> {
+        if let Some(c) = self.cluster.take() {
+            self.close(c, chains);
+        }
+        self.spans
     }
 }
 
@@ -286,20 +478,48 @@ mod tests {
 
     #[test]
     fn durations_are_written_in_microseconds() {
-        let mut out = String::new();
+        let mut out = Vec::new();
         push_micros(&mut out, 2_500, false);
-        out.push(' ');
+        out.push(b' ');
         push_micros(&mut out, 3_000, true);
-        out.push(' ');
+        out.push(b' ');
         push_micros(&mut out, 3_000, false);
-        out.push(' ');
+        out.push(b' ');
         push_micros(&mut out, 7, true);
-        out.push(' ');
+        out.push(b' ');
         push_micros(&mut out, -1_234_567, false);
-        out.push(' ');
+        out.push(b' ');
         push_micros(&mut out, 1_733_212_345_678_901_234_000, true);
-        out.push(' ');
+        out.push(b' ');
         push_micros(&mut out, i128::MAX / 1000 * 1000, true);
-        assert_eq!(out, format!("2.500 3 3.000 0.007 -1234.567 1733212345678901234 {}", i128::MAX / 1000));
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            format!("2.500 3 3.000 0.007 -1234.567 1733212345678901234 {}", i128::MAX / 1000)
+        );
+    }
+
+    #[test]
+    fn digits_are_those_rust_writes() {
+        let powers = (0..39).flat_map(|p| {
+            let n = 10u128.pow(p);
+            [n - 1, n, n + 1, n.saturating_mul(7) - 3]
+        });
+        for n in (0..=1_000).chain(powers).chain([u64::MAX as u128, u64::MAX as u128 + 1, u128::MAX]) {
+            let mut out = Vec::new();
+            push_digits(&mut out, n);
+            assert_eq!(String::from_utf8(out).unwrap(), n.to_string());
+        }
+    }
+
+    #[test]
+    fn ticks_round_floats_to_nanoseconds() {
+        assert_eq!(ticks(Num::Float(1.5)), Some(1_500));
+        assert_eq!(ticks(Num::Float(-0.0015)), Some(-2));
+        assert_eq!(ticks(Num::Float(5_361_804_756_551.771)), Some(5_361_804_756_551_771));
+        for f in [1e20, -1e20, 9.3e15, -9.3e15, 8.9e15, 1e29] {
+            assert_eq!(ticks(Num::Float(f)), Some((f * 1000.0).round() as i128), "{f}");
+        }
+        assert_eq!(ticks(Num::Float(f64::NAN)), None);
+        assert_eq!(ticks(Num::Int(i64::MIN)), Some(i64::MIN as i128 * 1000));
     }
 }

@@ -11,6 +11,10 @@ use crate::read::scan::{ByteSpan, Layout};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
     Remove,
+    /// Remove an element an earlier run appended, with the `,` before it but not the
+    /// white space before that (the input's own, where the element was appended), so
+    /// that appending it again gives back the same bytes.
+    RemoveAppended,
     /// Replace it with what the edit callback writes for `id`.
     Replace {
         id: usize,
@@ -97,6 +101,18 @@ impl InputCursor {
         Ok(self.done + i as u64)
     }
 
+    /// Where the separator before the element at `start` starts: its `,`.
+    fn previous_separator(&mut self, start: u64) -> io::Result<u64> {
+        self.ensure(start)?;
+        let base = self.window.base;
+        let held = &self.window.bytes()[(self.done - base) as usize..(start - base) as usize];
+        let gap = held.iter().rev().take_while(|b| matches!(b, b' ' | b'\n' | b'\r' | b'\t')).count();
+        if held.len() == gap || held[held.len() - gap - 1] != b',' {
+            return Err(changed_under_us());
+        }
+        Ok(start - gap as u64 - 1)
+    }
+
     /// Where the element after the one ending at `end` starts (or the closing `]`).
     fn next_element(&mut self, end: u64) -> io::Result<u64> {
         let mut at = end;
@@ -125,15 +141,27 @@ impl InputCursor {
 /// Writes the replacement of event `id` (its original bytes given) into the buffer.
 pub type EditEvent<'a> = dyn FnMut(usize, &[u8], &mut Vec<u8>) + 'a;
 
+/// Elements appended at the end of `traceEvents`.
+pub trait Appended {
+    /// Write them (one or more), separated by `, `.
+    fn write_to(&self, out: &mut dyn Write) -> io::Result<()>;
+}
+
+impl Appended for String {
+    fn write_to(&self, out: &mut dyn Write) -> io::Result<()> {
+        out.write_all(self.as_bytes())
+    }
+}
+
 /// Rewrite `input` into `out`, applying `changes` (in input order; `edit(id, original,
 /// replacement)` writes each replacement) and appending what `appended()` gives (asked
 /// for at the end, so that it can be made meanwhile) at the end of `traceEvents`.
-pub fn rewrite(
+pub fn rewrite<'a>(
     input: &Path,
     layout: &Layout,
     changes: impl Iterator<Item = Change>,
     edit: &mut EditEvent,
-    appended: &mut dyn FnMut() -> Vec<String>,
+    appended: &mut dyn FnMut() -> Vec<Box<dyn Appended + 'a>>,
     out: &mut dyn Write,
     progress: &mut dyn FnMut(u64, u64),
 ) -> io::Result<()> {
@@ -151,12 +179,16 @@ pub fn rewrite(
                 out.write_all(&replacement)?;
                 w.skip_to(span.end())?;
             }
-            Action::Remove => {
+            Action::Remove | Action::RemoveAppended => {
                 if removed == change.ordinal {
                     // Nothing before it survives: drop it with the separator after it.
                     w.copy_to(out, span.start)?;
                     let next = w.next_element(span.end())?;
                     w.skip_to(next)?;
+                } else if change.action == Action::RemoveAppended {
+                    let separator = w.previous_separator(span.start)?;
+                    w.copy_to(out, separator)?;
+                    w.skip_to(span.end())?;
                 } else {
                     let prev_end = w.previous_end(span.start)?;
                     w.copy_to(out, prev_end)?;
@@ -180,7 +212,7 @@ pub fn rewrite(
             if i > 0 {
                 out.write_all(b", ")?;
             }
-            out.write_all(event.as_bytes())?;
+            event.write_to(out)?;
         }
     }
     w.copy_to(out, layout.total_len)?;
