@@ -18,10 +18,12 @@ __all__ = [
     "annotate_trace",
     "find_traces",
     "fix_overlapping_timestamps",
+    "graph_node_count",
     "move_overlapping_to_stream",
     "read_annotations",
     "run_cli",
     "summary_report",
+    "walk_graph",
     "write_annotations",
 ]
 
@@ -74,3 +76,9 @@ def summary_report(
     hierarchy: bool | None = None,
 ) -> dict[str, Any]: ...
 def find_traces(paths: _Path | Iterable[_Path], *, annotated: bool = False) -> list[str]: ...
+
+# capture-time graph queries on the driver / CUPTI function addresses ctypes loaded
+def graph_node_count(get_nodes: int, graph: int) -> int: ...
+def walk_graph(
+    functions: Mapping[str, int], graph: int
+) -> tuple[int, list[tuple[int, int, str | None, list[int], Any, Any]], int]: ...
