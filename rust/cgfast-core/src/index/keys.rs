@@ -94,20 +94,26 @@ impl Num {
     }
 }
 
+/// Powers of ten that are exact as `f64`.
+const POW10: [f64; 19] =
+    [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18];
+
+/// A number token as its sign and the rest; `None` when it is empty.
+#[inline]
+fn split_sign(token: &[u8]) -> Option<(bool, &[u8])> {
+    match token.first()? {
+        b'-' => Some((true, &token[1..])),
+        _ => Some((false, token)),
+    }
+}
+
 /// The common shapes in one pass: `-?digits` and `-?digits.digits` of at most 18
 /// digits in all (the integer part of a fraction at most 2**53); `None` for anything
 /// else, which [`Num::parse_any`] reads. The results are those of `parse_int` and
 /// `parse_decimal`.
 #[inline]
 fn parse_short(token: &[u8]) -> Option<Num> {
-    const POW10: [f64; 19] = [
-        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17,
-        1e18,
-    ];
-    let (negative, body) = match token.first()? {
-        b'-' => (true, &token[1..]),
-        _ => (false, token),
-    };
+    let (negative, body) = split_sign(token)?;
     if body.is_empty() || body.len() > 19 {
         return None;
     }
@@ -134,14 +140,7 @@ fn parse_short(token: &[u8]) -> Option<Num> {
 /// integer divided by an exact power of ten is correctly rounded (the fast path of
 /// Clinger's algorithm).
 fn parse_decimal(token: &[u8]) -> Option<f64> {
-    const POW10: [f64; 19] = [
-        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17,
-        1e18,
-    ];
-    let (negative, body) = match token.first()? {
-        b'-' => (true, &token[1..]),
-        _ => (false, token),
-    };
+    let (negative, body) = split_sign(token)?;
     let dot = body.iter().position(|&b| b == b'.')?;
     let (int_part, frac_part) = (&body[..dot], &body[dot + 1..]);
     if int_part.is_empty() || frac_part.is_empty() || int_part.len() + frac_part.len() > 18 {
