@@ -294,26 +294,22 @@ def test_large_overlaps_are_summarised(ref, gen_traces, tmp_path):
 # =========================================================================== default output names
 
 
+# one graphed kernel of node 5: the trace the output-name and discovery tests write
+ONE_KERNEL_TRACE = json.dumps(
+    {
+        "traceEvents": [
+            {"ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "ts": 1, "dur": 1, "args": {"graph node id": 5}}
+        ]
+    }
+).encode()
+
+
 def reference_output_name(ref_path: Path, tmp: Path, name: str) -> tuple[str, bool]:
     """Run the reference CLI itself and see what it writes (its name and whether gzipped)."""
     d = tmp / "ref"
     d.mkdir()
     trace = d / name
-    body = json.dumps(
-        {
-            "traceEvents": [
-                {
-                    "ph": "X",
-                    "cat": "kernel",
-                    "pid": 0,
-                    "tid": 7,
-                    "ts": 1,
-                    "dur": 1,
-                    "args": {"graph node id": 5},
-                }
-            ]
-        }
-    ).encode()
+    body = ONE_KERNEL_TRACE
     is_gz = name.endswith(".gz")
     trace.write_bytes(gzip.compress(body) if is_gz else body)
     with open(d / "a.pkl", "wb") as f:
@@ -357,21 +353,7 @@ def test_default_output_name_is_the_references(ref, tmp_path, name):
     want, want_gz = reference_output_name(torch_reference.reference_path(), tmp_path, name)
     d = tmp_path / "ours"
     d.mkdir()
-    body = json.dumps(
-        {
-            "traceEvents": [
-                {
-                    "ph": "X",
-                    "cat": "kernel",
-                    "pid": 0,
-                    "tid": 7,
-                    "ts": 1,
-                    "dur": 1,
-                    "args": {"graph node id": 5},
-                }
-            ]
-        }
-    ).encode()
+    body = ONE_KERNEL_TRACE
     (d / name).write_bytes(gzip.compress(body) if name.endswith(".gz") else body)
     write_json_annotations(tmp_path / "a.json", {5: [{"name": "x"}]})
     before = set(os.listdir(d))
@@ -422,21 +404,7 @@ def discovery_layout(root: Path, trace_name="000000.1234.pt.trace.json.gz", file
     step = root / "traces" / "step_000000000014"
     step.mkdir(parents=True)
     trace = step / trace_name
-    body = json.dumps(
-        {
-            "traceEvents": [
-                {
-                    "ph": "X",
-                    "cat": "kernel",
-                    "pid": 0,
-                    "tid": 7,
-                    "ts": 1,
-                    "dur": 1,
-                    "args": {"graph node id": 5},
-                }
-            ]
-        }
-    ).encode()
+    body = ONE_KERNEL_TRACE
     trace.write_bytes(gzip.compress(body))
     for directory, names in ((root / "traces", files), (step, beside)):
         for n in names:
