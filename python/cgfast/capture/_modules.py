@@ -45,8 +45,9 @@ def _open_frames() -> list:
 
 
 def _forward_pre_hook(module, args):
+    # reached only through _module_call, once _capturing says a capture may be under way
     entry = _registry.get(module)
-    if entry is None or not state.enabled or state.no_capture_in_progress():
+    if entry is None or not state.enabled:
         return None
     backend = state.backend()
     if backend is None:
