@@ -313,8 +313,8 @@ def profile_capture(model, x, repeat: int, out_dir: str, name: str) -> dict:
     totals = []
     for _ in range(repeat):
         timers = _Timers()
-        timers.wrap(_modules, "_forward_pre_hook", "forward_pre_hook")
-        timers.wrap(_modules, "_forward_hook", "forward_hook")
+        timers.wrap(_modules, "_position", "module_entry")
+        timers.wrap(_modules, "_module_exit", "module_exit")
         timers.wrap(_graphs, "on_capture_begin", "on_capture_begin")
         timers.wrap(_graphs, "on_capture_end", "on_capture_end")
         timers.wrap(_graphs, "on_instantiated", "on_instantiated")
@@ -342,8 +342,8 @@ def profile_capture(model, x, repeat: int, out_dir: str, name: str) -> dict:
     accounted = sum(
         figures["parts_ms"].get(label, 0.0)
         for label in (
-            "forward_pre_hook",
-            "forward_hook",
+            "module_entry",
+            "module_exit",
             "on_capture_begin",
             "on_capture_end",
             "on_instantiated",

@@ -11,6 +11,7 @@ exec id -> next exec id) without touching any other graph's keys.
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
 import threading
 import warnings
@@ -59,6 +60,10 @@ class Span(NamedTuple):
     graph_id: int
     first: int
     end: int
+
+
+# Span(*fields) without the Python-level __new__ of a NamedTuple: once per module call
+_new_span = functools.partial(tuple.__new__, Span)
 
 
 class TopologyNode(NamedTuple):
@@ -203,11 +208,11 @@ class Recorder:
         with self._lock:
             pending = self._pending
             if end > first:
-                pending.append((annotation, Span(graph_id, first, end)))
+                pending.append((annotation, _new_span((graph_id, first, end))))
             if segments is not None:
                 for segment_first, segment_end in segments:
                     if segment_end > segment_first:
-                        pending.append((annotation, Span(graph_id, segment_first, segment_end)))
+                        pending.append((annotation, _new_span((graph_id, segment_first, segment_end))))
 
     def add_stack(self, span: Span, frames: Tuple[str, ...]) -> None:
         """The nodes of ``span`` were launched from ``frames`` (innermost first)."""

@@ -10,6 +10,7 @@ back to the older version on drivers that lack the newer one.
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from contextlib import contextmanager
 from typing import Any, Iterator, List, NamedTuple, Optional, cast
@@ -179,8 +180,7 @@ class LibcudaGraphs:
         if native is not None:
             # one native call per module boundary instead of a ctypes call
             count_address = function_address(self._nodes)
-            graph_node_count = native.graph_node_count
-            self.node_count = lambda graph: graph_node_count(count_address, graph)  # type: ignore[method-assign]
+            self.node_count = functools.partial(native.graph_node_count, count_address)  # type: ignore[method-assign]
         self._native = native
 
     def walk_topology(self, graph: int, ids: Any) -> Optional[NativeWalk]:

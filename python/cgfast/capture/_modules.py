@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple
 
 from cgfast.capture import _stacks
 from cgfast.capture._backward import BACKWARD_PHASE, claim_backward
-from cgfast.capture._spans import span_position
+from cgfast.capture._spans import begin_span, stream_graphs
 from cgfast.capture._state import state
 
 # module -> (its handle, forward annotation, backward annotation or None)
@@ -24,8 +24,9 @@ _registry: Dict[Any, Tuple[ModuleAnnotations, Dict[str, Any], Optional[Dict[str,
 _registry_lock = threading.RLock()
 _hooks: List[Any] = []
 _enabled_before = [False]  # whether annotations were on when the first active handle came
-# .open: [[module, graph, graph id, first local id of its open segment, sequence number
-# or None, annotation, its closed segments as [(first, end)] or None]]
+# .open: the frames of the annotated module calls under way on this thread, innermost
+# last: [module, graph, graph id, first local id of its open segment, its closed
+# segments as [(first, end)] or None]
 _frames = threading.local()
 
 
@@ -44,52 +45,69 @@ def _open_frames() -> list:
 # children, user scopes), so that those still win on common keys.
 
 
-def _forward_pre_hook(module, args):
-    # reached only through _module_call, once _capturing says a capture may be under way
-    entry = _registry.get(module)
-    if entry is None or not state.enabled:
-        return None
-    backend = state.backend()
-    if backend is None:
-        return None
+def _position(backend) -> Optional[Tuple[int, int, int]]:
+    """``(graph, graph id, node count)`` of the current stream's capture, or ``None``."""
     try:
-        start = span_position(backend)
+        if not state.uncounted_capture and state.patched_classes:
+            known = stream_graphs.get(backend.streams.current_stream())
+            if known is not None:
+                return known[0], known[1], backend.graphs.node_count(known[0])
+        start = begin_span(backend)
     except Exception:  # annotation must never break the capture
         state.recorder.report_failure("reading the capture graph at a module's forward")
         return None
-    if start is None:
-        return None
-    graph, graph_id, first = start
-    frames = _open_frames()
-    if frames:
+    return None if start is None else (start.graph, start.graph_id, start.first)
+
+
+def _module_call(self, *args, **kwargs):
+    """``torch.nn.Module.__call__`` while a handle is active: outside captures a flag check;
+    during them what a pair of global forward hooks would do around torch's own call,
+    without the slow call path any global module hook sends every module call down
+    (about 3 us a call). One function, as every call during a capture comes through it."""
+    call, is_compiling = _module_call_of_torch
+    # torch.compile traces module calls through this: checked first, so its graphs take
+    # the plain path and keep no guard on the capture flag (which would recompile them
+    # inside every capture, then trace the driver queries)
+    if is_compiling() or not _capturing[0]:
+        return call(self, *args, **kwargs)
+    entry = _registry.get(self)
+    backend = state.backend() if entry is not None and state.enabled else None
+    position = _position(backend) if backend is not None else None
+    if position is None:
+        return call(self, *args, **kwargs)
+    graph, graph_id, first = position
+    frames = getattr(_frames, "open", None)
+    if frames is None:
+        frames = _frames.open = []
+    elif frames:
         parent = frames[-1]
         if parent[1] == graph:
             if first > parent[3]:
-                if parent[6] is None:
-                    parent[6] = [(parent[3], first)]
+                if parent[4] is None:
+                    parent[4] = [(parent[3], first)]
                 else:
-                    parent[6].append((parent[3], first))
+                    parent[4].append((parent[3], first))
             parent[3] = first
-    sequence = _torch_calls[1]() if entry[2] is not None and _torch_calls[0]() else None
-    frames.append([module, graph, graph_id, first, sequence, entry[1], None])
-    return None
+    backward = entry[2]  # type: ignore[index]
+    sequence = _torch_calls[1]() if backward is not None and _torch_calls[0]() else None
+    frame = [self, graph, graph_id, first, None]
+    frames.append(frame)
+    output = None
+    try:
+        output = call(self, *args, **kwargs)
+    finally:  # also when the forward raises, as torch's always_call hooks
+        _module_exit(frames, frame, backend, output, entry[1], sequence, backward)  # type: ignore[index]
+    return output
 
 
-def _forward_hook(module, args, output):
-    frames = getattr(_frames, "open", None)
-    if not frames:
-        return None
-    for depth in range(len(frames) - 1, -1, -1):
-        if frames[depth][0] is module:
-            break
-    else:
-        return None
-    _, graph, graph_id, first, sequence, annotation, segments = frames[depth]
-    del frames[depth:]  # and any frame whose forward raised without its hook
-    entry = _registry.get(module)
-    backend = state.backend()
-    if entry is None or backend is None:
-        return None
+def _module_exit(frames, frame, backend, output, annotation, sequence, backward) -> None:
+    depth = len(frames) - 1
+    while depth >= 0 and frames[depth] is not frame:
+        depth -= 1
+    if depth < 0:
+        return  # a capture began or ended inside the forward: its graph may be gone
+    del frames[depth:]  # and any frame whose forward raised unseen
+    _, graph, graph_id, first, segments = frame
     recorder = state.recorder
     try:
         end = backend.graphs.node_count(graph)
@@ -100,8 +118,7 @@ def _forward_hook(module, args, output):
         if frames and frames[-1][1] == graph:
             frames[-1][3] = end
     if sequence is not None:
-        claim_backward(output, sequence, entry[2])
-    return None
+        claim_backward(output, sequence, backward)
 
 
 # torch.is_grad_enabled and the next autograd sequence number, bound when hooks go in
@@ -132,26 +149,6 @@ _capturing = [False]
 # torch.nn.Module.__call__ as it was before _install_hooks replaced it, and
 # torch.compiler.is_compiling
 _module_call_of_torch: list = []
-
-
-def _module_call(self, *args, **kwargs):
-    """``torch.nn.Module.__call__`` while a handle is active: outside captures a flag check;
-    during them the forward hooks' work around torch's own call. Global forward hooks would
-    do the same, but any global module hook sends every module call down torch's slow call
-    path (about 3 us a call)."""
-    call = _module_call_of_torch[0]
-    # torch.compile traces module calls through this: checked first, so its graphs take
-    # the plain path and keep no guard on the capture flag (which would recompile them
-    # inside every capture, then trace the hooks' driver queries)
-    if _module_call_of_torch[1]() or not _capturing[0] or self not in _registry:
-        return call(self, *args, **kwargs)
-    _forward_pre_hook(self, args)
-    output = None
-    try:
-        output = call(self, *args, **kwargs)
-    finally:  # also when the forward raises, as torch's always_call hooks
-        _forward_hook(self, args, output)
-    return output
 
 
 class _ModuleCallPatch:

@@ -12,7 +12,7 @@ from cgfast.capture._state import state
 # stream -> (graph, graph id) of streams seen capturing into a recorded top-level graph
 # since the last capture began or ended: later spans on them ask the driver only for
 # the node count. Used only while every capture is counted (see begin_span).
-_stream_graphs: Dict[int, Tuple[int, int]] = {}
+stream_graphs: Dict[int, Tuple[int, int]] = {}
 
 
 def begin_span(backend) -> Optional[SpanStart]:
@@ -23,30 +23,20 @@ def begin_span(backend) -> Optional[SpanStart]:
         stream = streams.capturing_stream()
         return recorder.begin_span(backend, stream) if stream is not None else None
     stream = streams.current_stream()
-    known = _stream_graphs.get(stream)
+    known = stream_graphs.get(stream)
     if known is not None:
         return SpanStart(known[0], known[1], backend.graphs.node_count(known[0]))
     if streams.capturing_stream() is None:
         return None
     start = recorder.begin_span(backend, stream)
     if start is not None and recorder.is_capture_graph(start.graph):
-        _stream_graphs[stream] = (start.graph, start.graph_id)
+        stream_graphs[stream] = (start.graph, start.graph_id)
     return start
-
-
-def span_position(backend) -> Optional[Tuple[int, int, int]]:
-    """``begin_span`` as a plain ``(graph, graph id, first local id)``: the module hooks'
-    path, with no object made per call where the stream's graph is known."""
-    if not state.uncounted_capture and state.patched_classes:
-        known = _stream_graphs.get(backend.streams.current_stream())
-        if known is not None:
-            return known[0], known[1], backend.graphs.node_count(known[0])
-    return begin_span(backend)
 
 
 def _forget() -> None:
     """A capture began or ended: a stream's graph, and a graph handle's id, may change."""
-    _stream_graphs.clear()
+    stream_graphs.clear()
     state.recorder.forget_graph_ids()
 
 
