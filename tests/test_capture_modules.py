@@ -212,6 +212,43 @@ def test_module_calls_are_wrapped_while_a_handle_is_active_and_work_only_in_capt
     assert [a[0]["module"] for a in capture.get_kernel_annotations().values()] == [""]
 
 
+class Placeholders(torch.nn.Module):
+    """The placeholders a timm model is full of, and one of each that does launch work."""
+
+    def __init__(self):
+        super().__init__()
+        self.identity = torch.nn.Identity()
+        self.eval_dropout = torch.nn.Dropout(0.5)
+        self.zero_dropout = torch.nn.Dropout(0.0)
+        self.dropout = torch.nn.Dropout(0.5)
+        self.hooked = torch.nn.Identity()
+
+    def forward(self, x):
+        return self.hooked(self.dropout(self.zero_dropout(self.eval_dropout(self.identity(x)))))
+
+
+def test_placeholder_calls_that_cannot_launch_are_not_bracketed(fake, monkeypatch):
+    from cgfast.capture import _modules
+
+    model = Placeholders().train()
+    model.eval_dropout.eval()
+    hook_nodes = []
+    model.hooked.register_forward_hook(
+        lambda module, args, output: hook_nodes.append(fake.launch("from_hook"))
+    )
+    bracketed = []
+    position = _modules._position
+    monkeypatch.setattr(_modules, "_position", lambda backend: bracketed.append(1) or position(backend))
+    with torch.no_grad():
+        g, launcher = capture_model(fake, model, torch.randn(64))
+    # identity, eval_dropout and zero_dropout return their input: no node counts around them
+    assert len(bracketed) == 3  # the root, the training dropout with p > 0, the hooked identity
+    assert {a["module"] for a in launcher.expected.values() if a} == {"dropout"}
+    assert recorded(g, launcher.expected) == launcher.expected
+    # a module's own hooks run inside its call: what they launch is the module's
+    assert recorded(g, hook_nodes) == {hook_nodes[0]: {"module": "hooked"}}
+
+
 def test_a_forward_that_raises_inside_a_capture_leaves_no_open_module(fake):
     class Fails(torch.nn.Module):
         def forward(self, x):

@@ -19,8 +19,9 @@ from cgfast.capture._backward import BACKWARD_PHASE, claim_backward
 from cgfast.capture._spans import begin_span, stream_graphs
 from cgfast.capture._state import state
 
-# module -> (its handle, forward annotation, backward annotation or None)
-_registry: Dict[Any, Tuple[ModuleAnnotations, Dict[str, Any], Optional[Dict[str, Any]]]] = {}
+# module -> (its handle, forward annotation, backward annotation or None, whether it is
+# an exact nn.Identity or nn.Dropout, whose calls may launch nothing: see _launches_nothing)
+_registry: Dict[Any, Tuple[ModuleAnnotations, Dict[str, Any], Optional[Dict[str, Any]], bool]] = {}
 _registry_lock = threading.RLock()
 _hooks: List[Any] = []
 _enabled_before = [False]  # whether annotations were on when the first active handle came
@@ -71,7 +72,9 @@ def _module_call(self, *args, **kwargs):
     if is_compiling() or not _capturing[0]:
         return call(self, *args, **kwargs)
     entry = _registry.get(self)
-    backend = state.backend() if entry is not None and state.enabled else None
+    if entry is None or not state.enabled or (entry[3] and _launches_nothing(self)):
+        return call(self, *args, **kwargs)
+    backend = state.backend()
     position = _position(backend) if backend is not None else None
     if position is None:
         return call(self, *args, **kwargs)
@@ -100,6 +103,16 @@ def _module_call(self, *args, **kwargs):
     return output
 
 
+def _launches_nothing(module) -> bool:
+    """Whether this call of an exact ``nn.Identity`` or ``nn.Dropout`` certainly adds no
+    node, so that it needs no node counts around it (a timm ViT-S has 150 of them among
+    276 modules): no hook of its own or global one runs (a hook may launch work), and a
+    ``Dropout`` is in eval mode or has ``p == 0`` (``at::dropout`` then returns its input)."""
+    if module._forward_pre_hooks or module._forward_hooks or _global_hooks[0] or _global_hooks[1]:
+        return False
+    return type(module) is not _quiet_types[1] or not module.training or module.p == 0
+
+
 def _module_exit(frames, frame, backend, output, annotation, sequence, backward) -> None:
     depth = len(frames) - 1
     while depth >= 0 and frames[depth] is not frame:
@@ -121,8 +134,11 @@ def _module_exit(frames, frame, backend, output, annotation, sequence, backward)
         claim_backward(output, sequence, backward)
 
 
-# torch.is_grad_enabled and the next autograd sequence number, bound when hooks go in
+# torch.is_grad_enabled and the next autograd sequence number, torch's global forward
+# (pre-)hooks, and (nn.Identity, nn.Dropout): bound when hooks go in
 _torch_calls: list = []
+_global_hooks: list = [{}, {}]
+_quiet_types: list = []
 
 
 # -- handles ----------------------------------------------------------------------------
@@ -172,8 +188,10 @@ class _ModuleCallPatch:
 
 def _install_hooks() -> None:
     import torch
+    from torch.nn.modules import module as nn_module
 
     _torch_calls[:] = [torch.is_grad_enabled, torch._C._autograd._get_sequence_nr]
+    _global_hooks[:] = [nn_module._global_forward_pre_hooks, nn_module._global_forward_hooks]
     _hooks.append(_ModuleCallPatch(torch.nn.Module))
 
 
@@ -204,11 +222,13 @@ class ModuleAnnotations:
         self.model = model
         self.key = key
         entries = {}
+        _quiet_types[:] = [torch.nn.Identity, torch.nn.Dropout]
         for name, module in model.named_modules():
             if prefix:
                 name = f"{prefix}.{name}" if name else prefix
             forward = {key: name}
-            entries[module] = (self, forward, {**forward, **BACKWARD_PHASE} if backward else None)
+            quiet = type(module) in _quiet_types
+            entries[module] = (self, forward, {**forward, **BACKWARD_PHASE} if backward else None, quiet)
         with _registry_lock:
             for module in entries:
                 owner = _registry.get(module)
