@@ -230,12 +230,13 @@ class Recorder:
 
     def _resolve_stacks(self) -> None:
         waiting = []
+        graphs: Dict[int, _GraphNodes] = {}
         for span, frames in self._pending_stacks:
             if span.graph_id not in self._annotatable_local_ids:
                 waiting.append((span, frames))
                 continue
             by_local_id = self._stacks.setdefault(span.graph_id, {})
-            for node_id in self._span_node_ids(span):
+            for node_id in self._graph_nodes(span.graph_id, graphs).of_span(span.first, span.end):
                 by_local_id.setdefault(node_id & LOCAL_ID_MASK, frames)
         self._pending_stacks = waiting
 
@@ -285,18 +286,13 @@ class Recorder:
             self._annotatable_local_ids.pop(graph_id, None)
             self._child_bodies.pop(graph_id, None)
 
-    def _span_node_ids(self, span: Span) -> List[int]:
-        local_ids = self._annotatable_local_ids[span.graph_id]
-        high = span.graph_id << 32
-        lo = bisect.bisect_left(local_ids, span.first)
-        hi = bisect.bisect_left(local_ids, span.end, lo)
-        node_ids = [high | local_id for local_id in local_ids[lo:hi]]
-        bodies = self._child_bodies.get(span.graph_id)
-        if bodies:
-            for child, body in bodies.items():
-                if span.first <= child < span.end:
-                    node_ids.extend(high | local_id for local_id in body)
-        return node_ids
+    def _graph_nodes(self, graph_id: int, known: Dict[int, _GraphNodes]) -> _GraphNodes:
+        """What finds the node ids of ``graph_id``'s spans, made once per ``known``."""
+        found = known.get(graph_id)
+        if found is None:
+            local_ids = self._annotatable_local_ids[graph_id]
+            found = known[graph_id] = _GraphNodes(graph_id, local_ids, self._child_bodies.get(graph_id))
+        return found
 
     def resolve(self) -> None:
         """Merge pending scopes into the registry: one dict per node and resolve, the
@@ -317,23 +313,36 @@ class Recorder:
             if waiting:
                 self._pending = [entry for entry in pending if _graph_of(entry[1]) in waiting]
                 pending = [entry for entry in pending if _graph_of(entry[1]) not in waiting]
-            per_node: Dict[int, List[Annotation]] = {}
+            # Most nodes are in one scope (a module's spans leave out its children's
+            # nodes): those keep that scope's annotation, the others' are merged.
+            first_scope: Dict[int, Annotation] = {}
+            more_scopes: Dict[int, List[Annotation]] = {}
+            graphs: Dict[int, _GraphNodes] = {}
             for annotation, nodes in pending:
-                node_ids = self._span_node_ids(nodes) if type(nodes) is Span else nodes
-                for node_id in node_ids:
-                    per_node.setdefault(node_id, []).append(annotation)
-            for node_id, scopes in per_node.items():
-                recorded = self._annotations.get(node_id)
+                if type(nodes) is Span:
+                    graph_id, first, end = nodes
+                    graph = graphs.get(graph_id) or self._graph_nodes(graph_id, graphs)
+                    nodes = graph.of_span(first, end)
+                for node_id in nodes:
+                    if node_id in first_scope:
+                        more_scopes.setdefault(node_id, [first_scope[node_id]]).append(annotation)
+                    else:
+                        first_scope[node_id] = annotation
+            annotations, keys_by_graph = self._annotations, self._keys_by_graph
+            keys, keys_graph = set(), None
+            for node_id, merged in first_scope.items():
+                scopes = more_scopes.get(node_id) if more_scopes else None
+                recorded = annotations.get(node_id)
                 if recorded:
                     # Resolved earlier while outer scopes were still open: those inner
                     # scopes exited first and keep winning.
-                    scopes = [recorded[0], *scopes]
-                merged = scopes[0] if len(scopes) == 1 else _merge_innermost_first(scopes)
-                if recorded:
-                    recorded[0] = merged
-                else:
-                    self._annotations[node_id] = [merged]
-                    self._keys_by_graph.setdefault(node_id >> 32, set()).add(node_id)
+                    recorded[0] = _merge_innermost_first([recorded[0], *(scopes or [merged])])
+                    continue
+                annotations[node_id] = [merged if scopes is None else _merge_innermost_first(scopes)]
+                if node_id >> 32 != keys_graph:
+                    keys_graph = node_id >> 32
+                    keys = keys_by_graph.setdefault(keys_graph, set())
+                keys.add(node_id)
 
     def rekey(self, old_graph_id: int, new_graph_id: int) -> None:
         """Move everything keyed by ``old_graph_id`` to ``new_graph_id``."""
@@ -575,6 +584,35 @@ class Recorder:
 def _graph_of(nodes: Any) -> int:
     """The graph id of a pending scope's nodes (a Span, or sorted node ids)."""
     return nodes.graph_id if type(nodes) is Span else nodes[0] >> 32
+
+
+class _GraphNodes:
+    """A graph's annotatable node ids in local-id order (those of child-graph bodies
+    by their child node's local id), to find the nodes of its spans."""
+
+    __slots__ = ("bodies", "local_ids", "node_ids")
+
+    def __init__(self, graph_id: int, local_ids: List[int], bodies: Optional[Dict[int, List[int]]]) -> None:
+        high = graph_id << 32
+        self.local_ids = local_ids
+        self.node_ids = [high | local_id for local_id in local_ids]
+        self.bodies = (
+            [(child, [high | local_id for local_id in body]) for child, body in bodies.items()]
+            if bodies
+            else None
+        )
+
+    def of_span(self, first: int, end: int) -> List[int]:
+        """The node ids of local ids ``first <= id < end`` and of the bodies of child
+        nodes among them."""
+        local_ids = self.local_ids
+        lo = bisect.bisect_left(local_ids, first)
+        node_ids = self.node_ids[lo : bisect.bisect_left(local_ids, end, lo)]
+        if self.bodies:
+            for child, body in self.bodies:
+                if first <= child < end:
+                    node_ids.extend(body)
+        return node_ids
 
 
 def _merge_innermost_first(scopes: List[Annotation]) -> Annotation:
