@@ -1,9 +1,9 @@
-"""annotate_modules on the fake driver, with real timm models running on the CPU: every
-aten op the model runs adds a kernel node to the fake capture (a dispatch mode), and
-the expected module of each node comes from an independent reading: the innermost
-``forward`` frame of a module on the Python stack when the op ran (and, for backward
-ops, the module whose forward created the autograd node that runs them, read by a
-node-creation hook the same way)."""
+"""annotate_modules on the fake driver, with real timm and Hugging Face models running
+on the CPU: every aten op the model runs adds a kernel node to the fake capture (a
+dispatch mode), and the expected module of each node comes from an independent reading:
+the innermost ``forward`` frame of a module on the Python stack when the op ran (and,
+for backward ops, the module whose forward created the autograd node that runs them,
+read by a node-creation hook the same way)."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def recorded(g, nodes):
     return result
 
 
-def capture_model(fake, model, inputs, *, backward=False, prefix=None, annotate=True):
+def capture_model(fake, model, inputs, *, backward=False, prefix=None, annotate=True, loss_of=None):
     launcher = LaunchEachOp(fake, model, prefix)
     g = FakeCUDAGraph(fake)
     handle = capture.annotate_modules(model, prefix=prefix) if annotate else None
@@ -87,7 +87,7 @@ def capture_model(fake, model, inputs, *, backward=False, prefix=None, annotate=
         with capturing(g), launcher:
             out = model(inputs)
             if backward:
-                out.float().sum().backward()
+                (loss_of(out) if loss_of else out.float().sum()).backward()
     finally:
         torch._C._autograd._pop_node_creation_hook()
         if handle is not None:
@@ -108,6 +108,43 @@ def test_every_forward_node_gets_its_innermost_module(fake, name, shape):
     assert recorded(g, launcher.expected) == launcher.expected
     modules = {a["module"] for a in launcher.expected.values() if a}
     assert len(modules) > 50  # many distinct innermost modules, not one big scope
+
+
+def hf_models():
+    transformers = pytest.importorskip("transformers")
+    small = {"vocab_size": 128, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2}
+    return {
+        "llama": transformers.LlamaForCausalLM(
+            transformers.LlamaConfig(**small, num_attention_heads=4, num_key_value_heads=2)
+        ),
+        "gpt2": transformers.GPT2LMHeadModel(
+            transformers.GPT2Config(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=64)
+        ),
+        "bert": transformers.BertModel(transformers.BertConfig(**small, num_attention_heads=4)),
+    }
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2", "bert"])
+def test_hugging_face_models_every_node_gets_its_innermost_module(fake, name):
+    """Hugging Face decoders and an encoder (random weights): their decorated forwards,
+    attention functions called with the module, rotary embeddings under ``no_grad`` and
+    ``GradientCheckpointingLayer.__call__`` all come through the module-call wrapper."""
+    model = hf_models()[name].eval()
+    with torch.no_grad():
+        g, launcher = capture_model(fake, model, torch.randint(0, 128, (1, 8)))
+    assert len(launcher.expected) > 40
+    assert recorded(g, launcher.expected) == launcher.expected
+    modules = {a["module"] for a in launcher.expected.values() if a}
+    assert any(".0." in m and "att" in m for m in modules), modules  # a layer's attention
+
+
+def test_hugging_face_training_step_backward_nodes_get_the_module_and_the_phase(fake):
+    model = hf_models()["llama"].train()
+    ids = torch.randint(0, 128, (1, 8))
+    g, launcher = capture_model(fake, model, ids, backward=True, loss_of=lambda out: out.logits.float().sum())
+    backward = [a for a in launcher.expected.values() if a and a.get("autograd_phase")]
+    assert len(backward) > 40
+    assert recorded(g, launcher.expected) == launcher.expected
 
 
 def test_backward_nodes_get_the_module_and_the_phase(fake):
