@@ -1,11 +1,11 @@
-"""annotate_modules on a real GPU with timm models, checked against an independent
-reading of each capture graph: this file's own global module hooks snapshot the
-capture graph's nodes (cuda-bindings) at every module's forward entry and exit, the
-innermost module claims what appeared in between, and CUPTI (this file's own ctypes
-binding) gives the ids. For a captured backward, this file hooks every autograd node
-the forward made (which module made it is read from the Python frames of the op that
-made it) and snapshots the graph at each node's start: what appears until the next
-node starts is that node's module's backward.
+"""annotate_modules on a real GPU with timm models and a Hugging Face Llama, checked
+against an independent reading of each capture graph: this file's own global module
+hooks snapshot the capture graph's nodes (cuda-bindings) at every module's forward entry
+and exit, the innermost module claims what appeared in between, and CUPTI (this file's
+own ctypes binding) gives the ids. For a captured backward, this file hooks every
+autograd node the forward made (which module made it is read from the Python frames of
+the op that made it) and snapshots the graph at each node's start: what appears until
+the next node starts is that node's module's backward.
 
 Set ``CGFAST_E2E_OUT`` to a directory to keep the figures (counts, capture times)."""
 
@@ -161,23 +161,31 @@ def warm_up(model, x):
     torch.cuda.current_stream().wait_stream(side)
 
 
-@pytest.mark.parametrize("name", ["resnet50", "vit_small_patch16_224"])
-def test_torch_cuda_graph_every_kernel_gets_its_module(truth, name, monkeypatch):
-    model = timm.create_model(name, pretrained=False).eval().cuda()
-    x = torch.randn(8, 3, 224, 224, device="cuda")
-    warm_up(model, x)
+def assert_every_kernel_gets_its_module(truth, monkeypatch, model, run, x, at_least: int) -> tuple:
+    """Capture ``run(x)`` (``model``'s forward) with annotate_modules and the snapshot
+    hooks; every annotatable node's annotation must be the snapshot's innermost module.
+    Returns the expected and recorded annotation of every node."""
+    warm_up(run, x)
     forward = ForwardTruth(truth, model)
     g, nodes = capture_with_snapshot(
-        monkeypatch, truth, model, x, lambda: [capture.annotate_modules(model), forward]
+        monkeypatch, truth, run, x, lambda: [capture.annotate_modules(model), forward]
     )
     expected = expected_keys(nodes, truth.exec_id(g), forward.owner)
     got = recorded(expected)
-    assert sum(a is not None for a in expected.values()) > 100
+    assert sum(a is not None for a in expected.values()) > at_least
     wrong = {key: (got[key], want) for key, want in expected.items() if got[key] != want}
     assert not wrong, f"{len(wrong)} of {len(expected)} nodes differ, e.g. {list(wrong.values())[:5]}"
     assert set(capture.get_kernel_annotations()) == {k for k, a in expected.items() if a is not None}
     g.replay()
     torch.cuda.synchronize()
+    return expected, got
+
+
+@pytest.mark.parametrize("name", ["resnet50", "vit_small_patch16_224"])
+def test_torch_cuda_graph_every_kernel_gets_its_module(truth, name, monkeypatch):
+    model = timm.create_model(name, pretrained=False).eval().cuda()
+    x = torch.randn(8, 3, 224, 224, device="cuda")
+    expected, got = assert_every_kernel_gets_its_module(truth, monkeypatch, model, model, x, at_least=100)
 
     times = {"plain": [], "annotate_modules": []}
     for _ in range(10):
@@ -191,6 +199,37 @@ def test_torch_cuda_graph_every_kernel_gets_its_module(truth, name, monkeypatch)
         "capture_ms_median_of_10": medians,
         "ratio": medians["annotate_modules"] / medians["plain"],
         "backend": capture.backend(),
+    }
+    write_figures()
+
+
+def test_hugging_face_llama_every_kernel_gets_its_module(truth, monkeypatch):
+    """A Hugging Face decoder (random weights) captured eagerly: decorated forwards, the
+    attention function called with its module, rotary embeddings, cuBLAS and SDPA."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
+    model = transformers.LlamaForCausalLM(config).cuda().eval()
+    ids = torch.randint(0, 256, (2, 16), device="cuda")
+
+    def step(ids):
+        return model(input_ids=ids, use_cache=False).logits
+
+    expected, got = assert_every_kernel_gets_its_module(truth, monkeypatch, model, step, ids, at_least=40)
+    modules = {a["module"] for a in expected.values() if a}
+    assert {"model.layers.0.self_attn.q_proj", "model.layers.1.mlp.down_proj", "lm_head"} <= modules
+    FIGURES["llama_forward"] = {
+        "annotatable_nodes": len(expected),
+        "annotated": sum(a is not None for a in got.values()),
+        "modules": len(modules),
     }
     write_figures()
 
