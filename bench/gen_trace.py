@@ -95,9 +95,12 @@ class Node:
 
 
 class Graph:
-    def __init__(self, exec_id: int, nodes: int, rng: random.Random) -> None:
+    def __init__(self, exec_id: int, nodes: int, rng: random.Random, one_stream: bool = False) -> None:
         self.exec_id = exec_id
         self.nodes = [Node(exec_id << 32 | local, local, rng) for local in range(nodes)]
+        if one_stream:
+            for node in self.nodes:
+                node.lane = MAIN
         last_on: dict[int, int] = {}
         for node in self.nodes:  # each stream is a chain
             if node.lane in last_on:
@@ -119,8 +122,13 @@ class Graph:
             for n in self.nodes
         ]
 
-    def annotations(self, rng: random.Random, module_runs: int = 1) -> dict[int, list]:
+    def annotations(
+        self, rng: random.Random, module_runs: int = 1, modules: list[str] | None = None
+    ) -> dict[int, list]:
         out: dict[int, list] = {}
+        if modules is not None:
+            # as annotate_modules labels a model's kernels: its innermost module, if any
+            return {n.id: [{"name": m, "module": m}] for n, m in zip(self.nodes, modules) if m}
         for i, n in enumerate(self.nodes):
             node_id, lane = n.id, n.lane
             layer = i * 12 // len(self.nodes)
@@ -249,18 +257,23 @@ def generate(
     seed: int = 0,
     node_ids: bool = True,
     module_runs: int = 1,
+    modules: list[str] | None = None,
 ) -> tuple[dict[int, list], dict[int, list]]:
     """Write the trace to ``path`` (gzipped for ``.gz``); returns its annotations and
     the topology of its graphs. Without ``node_ids`` the profiler wrote no ``graph
     node id`` (torch <= 2.12), the rest is the same for the same seed. ``module_runs``
     consecutive nodes share a module (1: each its own, and a tenth of the nodes bare, as
     the other benchmarks have it; more: every node annotated, as a compiled model's
-    kernels are, in runs of a few per module)."""
+    kernels are, in runs of a few per module). ``modules`` gives each graph the kernels of
+    a real model instead: one node per entry, on one stream, labelled with it (``""``:
+    no module)."""
     rng = random.Random(seed)
-    recorded = [Graph(2 * (g + 1), nodes, rng) for g in range(graphs)]
+    if modules is not None:
+        nodes = len(modules)
+    recorded = [Graph(2 * (g + 1), nodes, rng, one_stream=modules is not None) for g in range(graphs)]
     annotations: dict[int, list] = {}
     for g in recorded:
-        annotations.update(g.annotations(rng, module_runs))
+        annotations.update(g.annotations(rng, module_runs, modules))
     topology = {g.exec_id: g.topology() for g in recorded}
     target = int(target_mb * 1e6)
     opener = gzip.open if path.name.endswith(".gz") else open
