@@ -7,7 +7,7 @@ Eager models (timm ResNet-50 and ViT-S, Hugging Face Llama, GPT-2 and BERT; rand
 weights, batch 1, on the CPU) are run once under a dispatch mode: every aten op that
 launches a kernel (views and allocations launch none) takes the innermost module whose
 ``forward`` is running, as ``cgfast.capture.annotate_modules`` labels it
-(tests/test_capture_modules.py checks that reading against it). Compiled models are
+(tests/test_capture_modules.py checks ``annotate_modules`` against this reading). Compiled models are
 the graphs of ``examples/`` (Inductor's kernels on the H200, labelled by cgfast's Inductor
 toggle), nodes in graph order.
 """
@@ -50,6 +50,19 @@ def eager_model(name: str):
     raise ValueError(f"no eager model {name!r}")
 
 
+def innermost_forward(names: dict[int, str]) -> str | None:
+    """The name (in ``names``, by ``id``) of the innermost module whose ``forward`` is
+    running in the caller's stack, if any: what ``annotate_modules`` labels a launch with."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "forward":
+            found = names.get(id(frame.f_locals.get("self")))
+            if found is not None:
+                return found
+        frame = frame.f_back
+    return None
+
+
 def eager_sequence(name: str) -> dict:
     """The innermost module of each kernel the model launches in one forward."""
     import torch
@@ -59,21 +72,11 @@ def eager_sequence(name: str) -> dict:
     names = {id(m): n for n, m in model.named_modules()}
     modules: list[str] = []
 
-    def innermost() -> str:
-        frame = sys._getframe(2)
-        while frame is not None:
-            if frame.f_code.co_name == "forward":
-                found = names.get(id(frame.f_locals.get("self")))
-                if found is not None:
-                    return found
-            frame = frame.f_back
-        return ""
-
     class Launches(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             if not func.is_view and func.overloadpacket.__name__ not in NO_KERNEL:
-                modules.append(innermost())
+                modules.append(innermost_forward(names) or "")
             return out
 
     with torch.no_grad(), Launches():

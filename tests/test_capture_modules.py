@@ -21,16 +21,8 @@ from cgfast import capture  # noqa: E402
 from cgfast.capture._state import state  # noqa: E402
 from fake_graph_driver import FakeCUDAGraph, capturing  # noqa: E402
 
-
-def innermost_module(names):
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == "forward":
-            name = names.get(id(frame.f_locals.get("self")))
-            if name is not None:
-                return name
-        frame = frame.f_back
-    return None
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+from model_modules import innermost_forward  # noqa: E402
 
 
 class LaunchEachOp(TorchDispatchMode):
@@ -52,7 +44,7 @@ class LaunchEachOp(TorchDispatchMode):
         if node is not None:
             running = torch._C._current_autograd_node()
             if running is None:
-                module = innermost_module(self.names)
+                module = innermost_forward(self.names)
                 self.expected[node] = {"module": module} if module is not None else None
             else:
                 module = self.created_in.get(running)
@@ -64,7 +56,7 @@ class LaunchEachOp(TorchDispatchMode):
     def note_creation(self, autograd_node):
         if isinstance(autograd_node, torch._C._functions.AccumulateGrad):
             return
-        module = innermost_module(self.names)
+        module = innermost_forward(self.names)
         if module is not None:
             self.created_in[autograd_node] = module
 
