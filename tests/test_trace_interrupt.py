@@ -40,6 +40,13 @@ def partials(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if p.name.endswith(".partial"))
 
 
+def interactive() -> None:
+    """A child's SIGINT as a terminal gives it: a shell starts background jobs (as CI
+    runners may start the tests) with SIGINT ignored, and Python then installs no
+    KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def wait_for(condition, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -64,6 +71,7 @@ def test_a_signal_stops_the_run_cleanly(tmp_path, big_trace, command, signum, ex
         stderr=subprocess.PIPE,
         text=True,
         env=clean_env(),
+        preexec_fn=interactive,
     )
     try:
         # the temporary output appears when the run starts reading
@@ -102,6 +110,7 @@ def test_annotate_file_is_interruptible(tmp_path, big_trace):
         stderr=subprocess.PIPE,
         text=True,
         env=clean_env(),
+        preexec_fn=interactive,
     )
     try:
         assert wait_for(lambda: partials(tmp_path), 60), "the run never started"

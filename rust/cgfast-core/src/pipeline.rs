@@ -20,6 +20,7 @@ use crate::read::scan::{self, WriteKeys};
 use crate::write::args_text::{args_writes, Writes};
 use crate::write::output::{AtomicFile, Sink};
 use crate::write::rewrite::{self, Action, Change};
+use crate::write::spans_json::SpansJson;
 
 /// Plain outputs of traces from this size on get their blocks reserved, and bypass the
 /// page cache where buffered writing is slow (see [`crate::write::direct_io`]).
@@ -238,7 +239,7 @@ pub fn annotate_file(
             if let (Some(spans), Some(key)) = (made, key) {
                 spans_made = Some(spans.len() as u64);
                 if !spans.is_empty() {
-                    appended.push(Box::new(SpansJson { spans, index, key }));
+                    appended.push(Box::new(SpansJson::new(spans, index, key)));
                 }
             }
             appended
@@ -381,16 +382,9 @@ impl Timing {
     }
 }
 
-/// The spans as the rewrite appends them, written as they go out.
-struct SpansJson<'a> {
-    spans: spans::Spans,
-    index: &'a TraceIndex,
-    key: &'a str,
-}
-
-impl rewrite::Appended for SpansJson<'_> {
+impl rewrite::Appended for SpansJson {
     fn write_to(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
-        self.spans.write_json(self.index, self.key, out)
+        self.write_json(out)
     }
 }
 

@@ -19,13 +19,11 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::io::{self, Write};
 
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::index::keys::{KeyId, Num, Spelling};
 use crate::index::{NodeId, TraceIndex, Tracked, NONE};
-use crate::json::quote;
 use crate::passes::{is_lane_candidate, OddEvents};
 
 /// A scope span: a prefix of the key's value over a run of events on one lane.
@@ -67,63 +65,6 @@ pub fn ticks(n: Num) -> Option<i128> {
     }
 }
 
-/// Nanoseconds as JSON microseconds: an integer where they are whole and the trace
-/// writes integer times, else with three decimals.
-fn push_micros(out: &mut Vec<u8>, ns: i128, integer: bool) {
-    if ns < 0 {
-        out.push(b'-');
-    }
-    let ns = ns.unsigned_abs();
-    // dividing 64 bits is much faster, and times fit them
-    let (whole, frac) = match u64::try_from(ns) {
-        Ok(ns) => ((ns / 1000) as u128, (ns % 1000) as u32),
-        Err(_) => (ns / 1000, (ns % 1000) as u32),
-    };
-    push_digits(out, whole);
-    if !(integer && frac == 0) {
-        out.extend_from_slice(&[
-            b'.',
-            b'0' + (frac / 100) as u8,
-            b'0' + (frac / 10 % 10) as u8,
-            b'0' + (frac % 10) as u8,
-        ]);
-    }
-}
-
-/// "00", "01", ... "99": digits are written two at a time.
-const DIGIT_PAIRS: [u8; 200] = {
-    let mut pairs = [0u8; 200];
-    let mut i = 0;
-    while i < 100 {
-        pairs[2 * i] = b'0' + (i / 10) as u8;
-        pairs[2 * i + 1] = b'0' + (i % 10) as u8;
-        i += 1;
-    }
-    pairs
-};
-
-/// The decimal digits of `n` (formatting a 128-bit number is slow; these mostly fit 64 bits).
-fn push_digits(out: &mut Vec<u8>, n: u128) {
-    let Ok(mut n) = u64::try_from(n) else {
-        out.extend_from_slice(n.to_string().as_bytes());
-        return;
-    };
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    while n >= 10 {
-        let pair = (n % 100) as usize * 2;
-        at -= 2;
-        digits[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
-        n /= 100;
-    }
-    // a leading zero where the last pair was the top two digits
-    if n > 0 || at == digits.len() {
-        at -= 1;
-        digits[at] = b'0' + n as u8;
-    }
-    out.extend_from_slice(&digits[at..]);
-}
-
 impl Spans {
     pub fn len(&self) -> usize {
         self.spans.iter().map(Vec::len).sum()
@@ -131,40 +72,6 @@ impl Spans {
 
     pub fn is_empty(&self) -> bool {
         self.spans.iter().all(Vec::is_empty)
-    }
-
-    /// Write the spans as trace events, lane by lane, separated as in `traceEvents`;
-    /// `key` names the annotation key they show.
-    pub fn write_json(&self, index: &TraceIndex, key: &str, out: &mut dyn Write) -> io::Result<()> {
-        let keys = &index.keys;
-        let names: Vec<String> = self.names.iter().map(|n| quote(n)).collect();
-        let tail = format!(", \"args\": {{\"cgfast\": \"scope\", \"key\": {}}}}}", quote(key));
-        let mut buffer = Vec::with_capacity(1 << 16);
-        let mut separator: &[u8] = b"";
-        for (&(pid, lane, pid_spelling, lane_spelling), spans) in self.lanes.iter().zip(&self.spans) {
-            let pid =
-                if pid == NONE { "0".to_string() } else { keys.to_json_spelled(keys.key(pid), pid_spelling) };
-            let place = format!(
-                ", \"pid\": {pid}, \"tid\": {}, \"ts\": ",
-                keys.to_json_spelled(keys.key(lane), lane_spelling)
-            );
-            for span in spans {
-                buffer.extend_from_slice(separator);
-                separator = b", ";
-                buffer.extend_from_slice(b"{\"ph\": \"X\", \"cat\": \"gpu_user_annotation\", \"name\": ");
-                buffer.extend_from_slice(names[span.name as usize].as_bytes());
-                buffer.extend_from_slice(place.as_bytes());
-                push_micros(&mut buffer, self.base + span.start as i128, span.integer);
-                buffer.extend_from_slice(b", \"dur\": ");
-                push_micros(&mut buffer, (span.end - span.start) as i128, span.integer);
-                buffer.extend_from_slice(tail.as_bytes());
-                if buffer.len() >= (1 << 16) - 512 {
-                    out.write_all(&buffer)?;
-                    buffer.clear();
-                }
-            }
-        }
-        out.write_all(&buffer)
     }
 }
 
@@ -474,41 +381,6 @@ mod tests {
         assert_eq!(prefixes("a.b.c").collect::<Vec<_>>(), ["a", "a.b", "a.b.c"]);
         assert_eq!(prefixes("layers.10").collect::<Vec<_>>(), ["layers", "layers.10"]);
         assert_eq!(prefixes("").count(), 0);
-    }
-
-    #[test]
-    fn durations_are_written_in_microseconds() {
-        let mut out = Vec::new();
-        push_micros(&mut out, 2_500, false);
-        out.push(b' ');
-        push_micros(&mut out, 3_000, true);
-        out.push(b' ');
-        push_micros(&mut out, 3_000, false);
-        out.push(b' ');
-        push_micros(&mut out, 7, true);
-        out.push(b' ');
-        push_micros(&mut out, -1_234_567, false);
-        out.push(b' ');
-        push_micros(&mut out, 1_733_212_345_678_901_234_000, true);
-        out.push(b' ');
-        push_micros(&mut out, i128::MAX / 1000 * 1000, true);
-        assert_eq!(
-            String::from_utf8(out).unwrap(),
-            format!("2.500 3 3.000 0.007 -1234.567 1733212345678901234 {}", i128::MAX / 1000)
-        );
-    }
-
-    #[test]
-    fn digits_are_those_rust_writes() {
-        let powers = (0..39).flat_map(|p| {
-            let n = 10u128.pow(p);
-            [n - 1, n, n + 1, n.saturating_mul(7) - 3]
-        });
-        for n in (0..=1_000).chain(powers).chain([u64::MAX as u128, u64::MAX as u128 + 1, u128::MAX]) {
-            let mut out = Vec::new();
-            push_digits(&mut out, n);
-            assert_eq!(String::from_utf8(out).unwrap(), n.to_string());
-        }
     }
 
     #[test]

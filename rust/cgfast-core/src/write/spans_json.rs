@@ -1,0 +1,223 @@
+//! Scope spans as trace events.
+
+use std::io::{self, Write};
+
+use crate::index::keys::Spelling;
+use crate::index::{TraceIndex, NONE};
+use crate::json::quote;
+use crate::passes::spans::{Span, Spans};
+
+/// Formatted spans go out in writes of about this many bytes.
+const BUFFER: usize = 1 << 16;
+
+/// The spans of a trace as `traceEvents` elements, lane by lane, separated by `,`.
+pub struct SpansJson {
+    spans: Spans,
+    /// Each name, quoted.
+    names: Vec<String>,
+    /// Each lane's `,"pid":P,"tid":T,"ts":`.
+    places: Vec<String>,
+    /// `,"args":{"cgfast":"scope","key":K}}`.
+    tail: String,
+}
+
+impl SpansJson {
+    /// `key` names the annotation key the spans show.
+    pub fn new(spans: Spans, index: &TraceIndex, key: &str) -> SpansJson {
+        let keys = &index.keys;
+        let spelled = |id, spelling: Spelling| keys.to_json_spelled(keys.key(id), spelling);
+        let places = spans
+            .lanes
+            .iter()
+            .map(|&(pid, lane, pid_spelling, lane_spelling)| {
+                let pid = if pid == NONE { "0".to_string() } else { spelled(pid, pid_spelling) };
+                format!(",\"pid\":{pid},\"tid\":{},\"ts\":", spelled(lane, lane_spelling))
+            })
+            .collect();
+        SpansJson {
+            names: spans.names.iter().map(|n| quote(n)).collect(),
+            places,
+            tail: format!(",\"args\":{{\"cgfast\":\"scope\",\"key\":{}}}}}", quote(key)),
+            spans,
+        }
+    }
+
+    pub fn write_json(&self, out: &mut dyn Write) -> io::Result<()> {
+        let mut buffer = Vec::with_capacity(BUFFER);
+        let mut separator: &[u8] = b"";
+        for (place, lane_spans) in self.places.iter().zip(&self.spans.spans) {
+            for span in lane_spans {
+                buffer.extend_from_slice(separator);
+                separator = b",";
+                self.write_span(span, place, &mut buffer);
+                if buffer.len() >= BUFFER - 512 {
+                    out.write_all(&buffer)?;
+                    buffer.clear();
+                }
+            }
+        }
+        out.write_all(&buffer)
+    }
+
+    fn write_span(&self, span: &Span, place: &str, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"ph\":\"X\",\"cat\":\"gpu_user_annotation\",\"name\":");
+        out.extend_from_slice(self.names[span.name as usize].as_bytes());
+        out.extend_from_slice(place.as_bytes());
+        push_micros(out, self.spans.base + span.start as i128, span.integer);
+        out.extend_from_slice(b",\"dur\":");
+        push_micros(out, span.end as i128 - span.start as i128, span.integer);
+        out.extend_from_slice(self.tail.as_bytes());
+    }
+}
+
+/// Nanoseconds as JSON microseconds: an integer where they are whole and the trace
+/// writes integer times, else with three decimals.
+fn push_micros(out: &mut Vec<u8>, ns: i128, integer: bool) {
+    if ns < 0 {
+        out.push(b'-');
+    }
+    let ns = ns.unsigned_abs();
+    // dividing 64 bits is much faster, and times fit them
+    let (whole, frac) = match u64::try_from(ns) {
+        Ok(ns) => ((ns / 1000) as u128, (ns % 1000) as u32),
+        Err(_) => (ns / 1000, (ns % 1000) as u32),
+    };
+    push_digits(out, whole);
+    if !(integer && frac == 0) {
+        out.extend_from_slice(&[
+            b'.',
+            b'0' + (frac / 100) as u8,
+            b'0' + (frac / 10 % 10) as u8,
+            b'0' + (frac % 10) as u8,
+        ]);
+    }
+}
+
+/// "00", "01", ... "99": digits are written two at a time.
+const DIGIT_PAIRS: [u8; 200] = {
+    let mut pairs = [0u8; 200];
+    let mut i = 0;
+    while i < 100 {
+        pairs[2 * i] = b'0' + (i / 10) as u8;
+        pairs[2 * i + 1] = b'0' + (i % 10) as u8;
+        i += 1;
+    }
+    pairs
+};
+
+/// The decimal digits of `n` (formatting a 128-bit number is slow; these mostly fit 64 bits).
+fn push_digits(out: &mut Vec<u8>, n: u128) {
+    let Ok(mut n) = u64::try_from(n) else {
+        out.extend_from_slice(n.to_string().as_bytes());
+        return;
+    };
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    while n >= 10 {
+        let pair = (n % 100) as usize * 2;
+        at -= 2;
+        digits[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+        n /= 100;
+    }
+    // a leading zero where the last pair was the top two digits
+    if n > 0 || at == digits.len() {
+        at -= 1;
+        digits[at] = b'0' + n as u8;
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::keys::Key;
+
+    /// Two lanes of spans: enough for several buffers, and times at the ends of what
+    /// spans hold.
+    fn spans(index: &mut TraceIndex) -> Spans {
+        let mut lane = |tid| (NONE, index.keys.id(Key::Int(tid)), Spelling::Plain, Spelling::Plain);
+        let lanes = vec![lane(7), lane(8)];
+        let names = vec!["model".to_string(), "model.layers.0".to_string(), "x\"y".to_string()];
+        let many = (0..5_000).map(|i| Span {
+            name: i as u32 % 2,
+            integer: i % 3 == 0,
+            start: i as i64 * 1_500,
+            end: i as i64 * 1_500 + 999,
+        });
+        let extremes = [
+            Span { name: 2, integer: false, start: i64::MIN, end: i64::MAX },
+            Span { name: 0, integer: true, start: i64::MAX - 1, end: i64::MAX },
+            Span { name: 1, integer: true, start: 0, end: 5_000 },
+        ];
+        Spans { names, lanes, base: -(1 << 70), spans: vec![many.collect(), extremes.to_vec()] }
+    }
+
+    #[test]
+    fn spans_are_written_as_trace_events() {
+        let mut index = TraceIndex::default();
+        let spans = spans(&mut index);
+        let expected: Vec<(usize, Span)> = spans
+            .spans
+            .iter()
+            .enumerate()
+            .flat_map(|(lane, s)| s.iter().map(move |&span| (lane, span)))
+            .collect();
+        let (names, base) = (spans.names.clone(), spans.base);
+        let json = SpansJson::new(spans, &index, "module");
+        let mut out = Vec::new();
+        json.write_json(&mut out).unwrap();
+        let events: Vec<serde_json::Value> =
+            serde_json::from_slice(&[b"[".as_slice(), &out, b"]"].concat()).expect("JSON elements");
+        assert_eq!(events.len(), expected.len());
+        for (event, (lane, span)) in events.iter().zip(&expected) {
+            let micros = |ns| {
+                let mut text = Vec::new();
+                push_micros(&mut text, ns, span.integer);
+                serde_json::from_slice::<serde_json::Value>(&text).unwrap()
+            };
+            let expected = serde_json::json!({
+                "ph": "X", "cat": "gpu_user_annotation", "name": names[span.name as usize],
+                "pid": 0, "tid": 7 + *lane,
+                "ts": micros(base + span.start as i128),
+                "dur": micros(span.end as i128 - span.start as i128),
+                "args": {"cgfast": "scope", "key": "module"},
+            });
+            assert_eq!(event, &expected);
+        }
+    }
+
+    #[test]
+    fn durations_are_written_in_microseconds() {
+        let mut out = Vec::new();
+        push_micros(&mut out, 2_500, false);
+        out.push(b' ');
+        push_micros(&mut out, 3_000, true);
+        out.push(b' ');
+        push_micros(&mut out, 3_000, false);
+        out.push(b' ');
+        push_micros(&mut out, 7, true);
+        out.push(b' ');
+        push_micros(&mut out, -1_234_567, false);
+        out.push(b' ');
+        push_micros(&mut out, 1_733_212_345_678_901_234_000, true);
+        out.push(b' ');
+        push_micros(&mut out, i128::MAX / 1000 * 1000, true);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            format!("2.500 3 3.000 0.007 -1234.567 1733212345678901234 {}", i128::MAX / 1000)
+        );
+    }
+
+    #[test]
+    fn digits_are_those_rust_writes() {
+        let powers = (0..39).flat_map(|p| {
+            let n = 10u128.pow(p);
+            [n - 1, n, n + 1, n.saturating_mul(7) - 3]
+        });
+        for n in (0..=1_000).chain(powers).chain([u64::MAX as u128, u64::MAX as u128 + 1, u128::MAX]) {
+            let mut out = Vec::new();
+            push_digits(&mut out, n);
+            assert_eq!(String::from_utf8(out).unwrap(), n.to_string());
+        }
+    }
+}
