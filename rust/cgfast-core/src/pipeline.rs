@@ -382,12 +382,6 @@ impl Timing {
     }
 }
 
-impl rewrite::Appended for SpansJson {
-    fn write_to(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
-        self.write_json(out)
-    }
-}
-
 /// The three passes. Once the events have their lanes, the lane passes gather their
 /// events on a second thread while the annotate pass finds the flows they move, then
 /// decide there while it moves flows and removes noise (they read only the lanes it

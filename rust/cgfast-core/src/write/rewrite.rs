@@ -143,7 +143,7 @@ pub type EditEvent<'a> = dyn FnMut(usize, &[u8], &mut Vec<u8>) + 'a;
 
 /// Elements appended at the end of `traceEvents`.
 pub trait Appended {
-    /// Write them (one or more), separated by `, `.
+    /// Write them (one or more), separated by commas.
     fn write_to(&self, out: &mut dyn Write) -> io::Result<()>;
 }
 

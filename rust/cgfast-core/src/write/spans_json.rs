@@ -6,6 +6,7 @@ use crate::index::keys::Spelling;
 use crate::index::{TraceIndex, NONE};
 use crate::json::quote;
 use crate::passes::spans::{Span, Spans};
+use crate::write::rewrite::Appended;
 
 /// Formatted spans go out in writes of about this many bytes.
 const BUFFER: usize = 1 << 16;
@@ -42,7 +43,19 @@ impl SpansJson {
         }
     }
 
-    pub fn write_json(&self, out: &mut dyn Write) -> io::Result<()> {
+    fn write_span(&self, span: &Span, place: &str, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"ph\":\"X\",\"cat\":\"gpu_user_annotation\",\"name\":");
+        out.extend_from_slice(self.names[span.name as usize].as_bytes());
+        out.extend_from_slice(place.as_bytes());
+        push_micros(out, self.spans.base + span.start as i128, span.integer);
+        out.extend_from_slice(b",\"dur\":");
+        push_micros(out, span.end as i128 - span.start as i128, span.integer);
+        out.extend_from_slice(self.tail.as_bytes());
+    }
+}
+
+impl Appended for SpansJson {
+    fn write_to(&self, out: &mut dyn Write) -> io::Result<()> {
         let mut buffer = Vec::with_capacity(BUFFER);
         let mut separator: &[u8] = b"";
         for (place, lane_spans) in self.places.iter().zip(&self.spans.spans) {
@@ -57,16 +70,6 @@ impl SpansJson {
             }
         }
         out.write_all(&buffer)
-    }
-
-    fn write_span(&self, span: &Span, place: &str, out: &mut Vec<u8>) {
-        out.extend_from_slice(b"{\"ph\":\"X\",\"cat\":\"gpu_user_annotation\",\"name\":");
-        out.extend_from_slice(self.names[span.name as usize].as_bytes());
-        out.extend_from_slice(place.as_bytes());
-        push_micros(out, self.spans.base + span.start as i128, span.integer);
-        out.extend_from_slice(b",\"dur\":");
-        push_micros(out, span.end as i128 - span.start as i128, span.integer);
-        out.extend_from_slice(self.tail.as_bytes());
     }
 }
 
@@ -165,7 +168,7 @@ mod tests {
         let (names, base) = (spans.names.clone(), spans.base);
         let json = SpansJson::new(spans, &index, "module");
         let mut out = Vec::new();
-        json.write_json(&mut out).unwrap();
+        json.write_to(&mut out).unwrap();
         let events: Vec<serde_json::Value> =
             serde_json::from_slice(&[b"[".as_slice(), &out, b"]"].concat()).expect("JSON elements");
         assert_eq!(events.len(), expected.len());
