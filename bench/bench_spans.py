@@ -3,6 +3,7 @@
 
     python bench/bench_spans.py [--models resnet50,llama,...] [--size 200] [--runs 15]
     python bench/bench_spans.py --models synthetic --module-runs 4
+    python bench/bench_spans.py --binary path/to/another/cgfast
 
 What spans cost is what they add to the output, so it depends on how many there are per
 kernel: a model's. Each trace is ``bench/gen_trace.py``'s, with every graph holding the
@@ -42,8 +43,9 @@ def dataset(size_mb: int, model: str, module_runs: int) -> tuple[Path, Path]:
         annotations, topology = generate(
             trace.with_suffix(".tmp"), size_mb, module_runs=module_runs, modules=modules
         )
-        trace.with_suffix(".tmp").rename(trace)
+        # the trace last: it marks the dataset whole
         write_annotations(directory, annotations, topology)
+        trace.with_suffix(".tmp").rename(trace)
     return trace, directory / "kernel_annotations_rank0_1.json"
 
 
@@ -93,12 +95,15 @@ def main() -> None:
         help="comma-separated, of: %(default)s",
     )
     p.add_argument("--module-runs", type=int, default=4, help="synthetic: consecutive nodes per module")
+    p.add_argument(
+        "--binary", help="the cgfast binary to time (default: target/release/cgfast, else on PATH)"
+    )
     a = p.parse_args()
     models = a.models.split(",")
     unknown = [m for m in models if m not in model_modules() and m != "synthetic"]
     if unknown:
         sys.exit(f"unknown models: {', '.join(unknown)}")
-    binary = cgfast_binary()
+    binary = a.binary or cgfast_binary()
     summary = {}
     for model in models:
         trace, annotations = dataset(a.size, model, a.module_runs)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from pathlib import Path
 
 import pytest
@@ -244,6 +245,31 @@ def test_annotate_is_idempotent_byte_for_byte(h200, tmp_path, spans, lanes):
         assert again.read_bytes() == first.read_bytes(), trace
         if trace in EXAMPLES and spans == "module" and "compiled" in trace.parent.name:
             assert report["spans"] > 0, "the compiled examples have module spans"
+
+
+@pytest.mark.parametrize("model", ["bert", "resnet50"])
+def test_annotating_a_model_shaped_trace_again_gives_the_same_bytes(tmp_path, model):
+    """A trace holding the kernels of a real model (bench/model_modules.json) gets one
+    lane named at the end of traceEvents; annotating the output again removes that name
+    (its lane is empty until the kernels move back) and appends it again, after the
+    white space the trace had before its `]`, as the first run did."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import gen_trace
+    import model_modules
+
+    trace = tmp_path / "trace.json"
+    annotations, _ = gen_trace.generate(
+        trace, 0.3, module_runs=4, modules=model_modules.load()[model]["modules"]
+    )
+    ann = write_json_annotations(tmp_path / "ann.json", annotations)
+    first, again = tmp_path / "first.json", tmp_path / "again.json"
+    report = annotate(trace, first, "-a", ann)
+    assert report["lanes_named"] == 1 and report["spans"] > 0
+    rerun = annotate(first, again, "-a", ann)
+    assert rerun["metadata_removed"] == 1 and rerun["lanes_named"] == 1, (
+        "the name is removed and written again"
+    )
+    assert again.read_bytes() == first.read_bytes()
 
 
 @pytest.mark.parametrize("order", ["reversed", "two streams", "shuffled"])

@@ -501,12 +501,7 @@ fn changes<'a>(index: &'a TraceIndex, layout: &'a scan::Layout) -> impl Iterator
     let events =
         index.events.iter().zip(&layout.event_spans).enumerate().filter(|(_, (e, _))| e.changed()).map(
             |(i, (e, span))| {
-                let action = match (e.removed(), e.scope_span()) {
-                    (false, _) => Action::Replace { id: i },
-                    (true, false) => Action::Remove,
-                    // a span an earlier run appended goes as it came
-                    (true, true) => Action::RemoveAppended,
-                };
+                let action = if e.removed() { Action::Remove } else { Action::Replace { id: i } };
                 Change { span: *span, ordinal: e.ordinal as u64, action }
             },
         );

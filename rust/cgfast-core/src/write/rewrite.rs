@@ -10,15 +10,13 @@ use crate::read::scan::{ByteSpan, Layout};
 /// What happens to one element of `traceEvents`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
+    /// Remove it with the `,` before it and what follows that `,`, keeping any white
+    /// space before the `,`: that is the input's own where an earlier run appended the
+    /// element (it writes `, ` after it), so that appending it again gives back the same
+    /// bytes. (Profilers write the `,` right after an element.)
     Remove,
-    /// Remove an element an earlier run appended, with the `,` before it but not the
-    /// white space before that (the input's own, where the element was appended), so
-    /// that appending it again gives back the same bytes.
-    RemoveAppended,
     /// Replace it with what the edit callback writes for `id`.
-    Replace {
-        id: usize,
-    },
+    Replace { id: usize },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -75,30 +73,6 @@ impl InputCursor {
         self.ensure(to)?;
         self.done = to;
         Ok(())
-    }
-
-    /// The end of the element before the one at `start` (the separator is between): at
-    /// or after `done`, since everything written so far ends at an element's end or start.
-    fn previous_end(&mut self, start: u64) -> io::Result<u64> {
-        self.ensure(start)?;
-        let base = self.window.base;
-        let held = &self.window.bytes()[(self.done - base) as usize..(start - base) as usize];
-        let mut i = held.len();
-        let mut seen_comma = false;
-        while i > 0 {
-            match held[i - 1] {
-                b' ' | b'\n' | b'\r' | b'\t' => i -= 1,
-                b',' if !seen_comma => {
-                    seen_comma = true;
-                    i -= 1;
-                }
-                _ => break,
-            }
-        }
-        if !seen_comma {
-            return Err(changed_under_us());
-        }
-        Ok(self.done + i as u64)
     }
 
     /// Where the separator before the element at `start` starts: its `,`.
@@ -179,19 +153,15 @@ pub fn rewrite<'a>(
                 out.write_all(&replacement)?;
                 w.skip_to(span.end())?;
             }
-            Action::Remove | Action::RemoveAppended => {
+            Action::Remove => {
                 if removed == change.ordinal {
                     // Nothing before it survives: drop it with the separator after it.
                     w.copy_to(out, span.start)?;
                     let next = w.next_element(span.end())?;
                     w.skip_to(next)?;
-                } else if change.action == Action::RemoveAppended {
+                } else {
                     let separator = w.previous_separator(span.start)?;
                     w.copy_to(out, separator)?;
-                    w.skip_to(span.end())?;
-                } else {
-                    let prev_end = w.previous_end(span.start)?;
-                    w.copy_to(out, prev_end)?;
                     w.skip_to(span.end())?;
                 }
                 removed += 1;

@@ -1,15 +1,13 @@
 //! Scope spans as trace events.
 
 use std::io::{self, Write};
+use std::sync::{Condvar, Mutex};
 
 use crate::index::keys::Spelling;
 use crate::index::{TraceIndex, NONE};
 use crate::json::quote;
 use crate::passes::spans::{Span, Spans};
 use crate::write::rewrite::Appended;
-
-/// Formatted spans go out in writes of about this many bytes.
-const BUFFER: usize = 1 << 16;
 
 /// The spans of a trace as `traceEvents` elements, lane by lane, separated by `,`.
 pub struct SpansJson {
@@ -54,22 +52,176 @@ impl SpansJson {
     }
 }
 
+/// Spans formatted at a time (about 700 KB of JSON).
+const CHUNK: usize = 4096;
+/// Formatted chunks waiting to be written, at most.
+const AHEAD: usize = 16;
+
 impl Appended for SpansJson {
     fn write_to(&self, out: &mut dyn Write) -> io::Result<()> {
-        let mut buffer = Vec::with_capacity(BUFFER);
-        let mut separator: &[u8] = b"";
-        for (place, lane_spans) in self.places.iter().zip(&self.spans.spans) {
-            for span in lane_spans {
-                buffer.extend_from_slice(separator);
-                separator = b",";
-                self.write_span(span, place, &mut buffer);
-                if buffer.len() >= BUFFER - 512 {
-                    out.write_all(&buffer)?;
-                    buffer.clear();
-                }
+        // the rewrite and the output's writer have a core each
+        self.write_with(out, crate::threads().saturating_sub(2).min(6))
+    }
+}
+
+impl SpansJson {
+    /// Runs of at most [`CHUNK`] spans of one lane, in writing order.
+    fn chunks(&self) -> Vec<(usize, std::ops::Range<usize>)> {
+        let mut chunks = Vec::new();
+        for (lane, spans) in self.spans.spans.iter().enumerate() {
+            for start in (0..spans.len()).step_by(CHUNK) {
+                chunks.push((lane, start..spans.len().min(start + CHUNK)));
             }
         }
-        out.write_all(&buffer)
+        chunks
+    }
+
+    /// The spans of a chunk, separated by `,`.
+    fn write_chunk(&self, (lane, range): &(usize, std::ops::Range<usize>), out: &mut Vec<u8>) {
+        let place = &self.places[*lane];
+        for (i, span) in self.spans.spans[*lane][range.clone()].iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            self.write_span(span, place, out);
+        }
+    }
+
+    /// Write the spans, formatted on `workers` threads besides this one (which writes
+    /// them in order) or, with none, on this one.
+    fn write_with(&self, out: &mut dyn Write, workers: usize) -> io::Result<()> {
+        let chunks = self.chunks();
+        let format = |i: usize, buffer: &mut Vec<u8>| {
+            if i > 0 {
+                buffer.push(b',');
+            }
+            self.write_chunk(&chunks[i], buffer);
+        };
+        let workers = workers.min(chunks.len().saturating_sub(1));
+        if workers == 0 {
+            let mut buffer = Vec::with_capacity(CHUNK * 256);
+            for i in 0..chunks.len() {
+                buffer.clear();
+                format(i, &mut buffer);
+                out.write_all(&buffer)?;
+            }
+            return Ok(());
+        }
+        let formatted = Formatted::new(chunks.len());
+        std::thread::scope(|scope| {
+            for _ in 0..workers {
+                scope.spawn(|| {
+                    // one that panics stops the writing, which would wait for it forever
+                    let _stop = StopOnPanic(&formatted);
+                    while let Some((i, mut buffer)) = formatted.next_to_format() {
+                        format(i, &mut buffer);
+                        formatted.done(i, buffer);
+                    }
+                });
+            }
+            let written = (0..chunks.len()).try_for_each(|i| {
+                let buffer =
+                    formatted.wait_for(i).ok_or_else(|| io::Error::other("formatting spans failed"))?;
+                let result = out.write_all(&buffer);
+                formatted.written(buffer);
+                result
+            });
+            formatted.stop();
+            written
+        })
+    }
+}
+
+/// Chunks formatted by several threads and written in order by one, with at most
+/// [`AHEAD`] waiting (their buffers reused).
+struct Formatted {
+    state: Mutex<FormattedState>,
+    changed: Condvar,
+}
+
+struct FormattedState {
+    /// The next chunk to hand out, the next to write and how many there are.
+    next: usize,
+    writing: usize,
+    count: usize,
+    ready: Vec<Option<Vec<u8>>>,
+    spare: Vec<Vec<u8>>,
+    stopped: bool,
+}
+
+impl Formatted {
+    fn new(count: usize) -> Formatted {
+        let state = FormattedState {
+            next: 0,
+            writing: 0,
+            count,
+            ready: (0..count).map(|_| None).collect(),
+            spare: Vec::new(),
+            stopped: false,
+        };
+        Formatted { state: Mutex::new(state), changed: Condvar::new() }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, FormattedState> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A chunk to format and an empty buffer for it, once it is within [`AHEAD`] of
+    /// the one being written; `None` when all are handed out or writing stopped.
+    fn next_to_format(&self) -> Option<(usize, Vec<u8>)> {
+        let mut state = self.lock();
+        while !state.stopped && state.next < state.count && state.next >= state.writing + AHEAD {
+            state = self.changed.wait(state).unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        if state.stopped || state.next == state.count {
+            return None;
+        }
+        let i = state.next;
+        state.next += 1;
+        let buffer = state.spare.pop().unwrap_or_else(|| Vec::with_capacity(CHUNK * 256));
+        Some((i, buffer))
+    }
+
+    fn done(&self, i: usize, buffer: Vec<u8>) {
+        self.lock().ready[i] = Some(buffer);
+        self.changed.notify_all();
+    }
+
+    /// Chunk `i`'s JSON, once formatted; `None` if formatting stopped before it.
+    fn wait_for(&self, i: usize) -> Option<Vec<u8>> {
+        let mut state = self.lock();
+        loop {
+            if let Some(buffer) = state.ready[i].take() {
+                state.writing = i + 1;
+                drop(state);
+                self.changed.notify_all();
+                return Some(buffer);
+            }
+            if state.stopped {
+                return None;
+            }
+            state = self.changed.wait(state).unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+
+    fn written(&self, mut buffer: Vec<u8>) {
+        buffer.clear();
+        self.lock().spare.push(buffer);
+    }
+
+    fn stop(&self) {
+        self.lock().stopped = true;
+        self.changed.notify_all();
+    }
+}
+
+struct StopOnPanic<'a>(&'a Formatted);
+
+impl Drop for StopOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.stop();
+        }
     }
 }
 
@@ -186,6 +338,73 @@ mod tests {
                 "args": {"cgfast": "scope", "key": "module"},
             });
             assert_eq!(event, &expected);
+        }
+    }
+
+    /// `count` spans over two lanes, of several names.
+    fn many_spans(index: &mut TraceIndex, count: usize) -> SpansJson {
+        let mut lane = |tid| (NONE, index.keys.id(Key::Int(tid)), Spelling::Plain, Spelling::Plain);
+        let lanes = vec![lane(1), lane(2)];
+        let names = (0..50).map(|i| format!("model.layers.{i}")).collect();
+        let lane_spans = |offset: i64| {
+            (0..count / 2)
+                .map(|i| Span {
+                    name: (i % 50) as u32,
+                    integer: i % 7 == 0,
+                    start: offset + i as i64 * 1_001,
+                    end: offset + i as i64 * 1_001 + 77,
+                })
+                .collect()
+        };
+        let spans =
+            Spans { names, lanes, base: 1_700_000_000_000_000, spans: vec![lane_spans(0), lane_spans(5)] };
+        SpansJson::new(spans, index, "module")
+    }
+
+    #[test]
+    fn spans_formatted_on_several_threads_are_written_in_order() {
+        let mut index = TraceIndex::default();
+        // more chunks than are held ahead
+        let json = many_spans(&mut index, 2 * (AHEAD + 5) * CHUNK + 3);
+        let mut alone = Vec::new();
+        json.write_with(&mut alone, 0).unwrap();
+        let events: Vec<serde_json::Value> =
+            serde_json::from_slice(&[b"[".as_slice(), &alone, b"]"].concat()).expect("JSON elements");
+        assert_eq!(events.len(), 2 * (AHEAD + 5) * CHUNK + 2);
+        for workers in [1, 3, 6] {
+            let mut together = Vec::new();
+            json.write_with(&mut together, workers).unwrap();
+            assert!(together == alone, "{workers} workers");
+        }
+    }
+
+    /// Takes `room` bytes, then fails.
+    struct Full {
+        room: usize,
+    }
+
+    impl Write for Full {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if self.room == 0 {
+                return Err(io::Error::other("disk full"));
+            }
+            let n = buf.len().min(self.room);
+            self.room -= n;
+            Ok(n)
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_failed_write_stops_the_formatting() {
+        let mut index = TraceIndex::default();
+        let json = many_spans(&mut index, 4 * AHEAD * CHUNK);
+        for workers in [0, 4] {
+            let error = json.write_with(&mut Full { room: 3 << 20 }, workers).unwrap_err();
+            assert_eq!(error.to_string(), "disk full");
         }
     }
 
