@@ -247,12 +247,38 @@ def test_annotate_is_idempotent_byte_for_byte(h200, tmp_path, spans, lanes):
             assert report["spans"] > 0, "the compiled examples have module spans"
 
 
+@pytest.mark.parametrize("lanes", ["all", "none"])
+def test_a_kernel_whose_repair_took_its_overlap_away_stays_on_the_overlap_lane(tmp_path, lanes):
+    """The first run moves kernel 3 and then kernel 2 (which overlap kernel 1 on the
+    default stream) to the overlap stream, where kernel 2's start is repaired past kernel
+    3's end, so that it no longer overlaps kernel 1. A second run leaves it there (its
+    original_stream says an earlier run moved it) instead of moving it back."""
+    events = [kernel(100.0, 10.0, 1), kernel(103.0, 7.1, 3), kernel(109.9, 5.0, 2)]
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"traceEvents": events}, indent=1))
+    ann = write_json_annotations(tmp_path / "a.json", {n: [{"module": f"m.{n}"}] for n in (1, 2, 3)})
+    first, again = tmp_path / "first.json", tmp_path / "again.json"
+    report = annotate(trace, first, "-a", ann, "--lanes", lanes)
+    annotate(first, again, "-a", ann, "--lanes", lanes)
+    assert again.read_bytes() == first.read_bytes()
+    if lanes == "all":
+        assert (report["moved"], report["fixed"]) == (2, 1)
+        kernels = {e["name"]: e for e in load_json(first)["traceEvents"] if e.get("cat") == "kernel"}
+        assert (kernels["k2"]["tid"], kernels["k2"]["ts"], kernels["k2"]["args"]["original_stream"]) == (
+            8,
+            110.1,
+            7,
+        )
+
+
+@pytest.mark.parametrize("lanes", ["all", "reference"])
 @pytest.mark.parametrize("model", ["bert", "resnet50"])
-def test_annotating_a_model_shaped_trace_again_gives_the_same_bytes(tmp_path, model):
+def test_annotating_a_model_shaped_trace_again_gives_the_same_bytes(tmp_path, model, lanes):
     """A trace holding the kernels of a real model (bench/model_modules.json) gets one
-    lane named at the end of traceEvents; annotating the output again removes that name
-    (its lane is empty until the kernels move back) and appends it again, after the
-    white space the trace had before its `]`, as the first run did."""
+    lane named at the end of traceEvents. With ``reference`` lanes (no original_stream)
+    annotating the output again moves that lane's kernels back and forth, so it removes
+    the name and appends it again, after the white space the trace had before its `]`,
+    as the first run did; with ``all`` they stay where they are."""
     sys.path.insert(0, str(ROOT / "bench"))
     import gen_trace
     import model_modules
@@ -263,12 +289,11 @@ def test_annotating_a_model_shaped_trace_again_gives_the_same_bytes(tmp_path, mo
     )
     ann = write_json_annotations(tmp_path / "ann.json", annotations)
     first, again = tmp_path / "first.json", tmp_path / "again.json"
-    report = annotate(trace, first, "-a", ann)
+    report = annotate(trace, first, "-a", ann, "--lanes", lanes)
     assert report["lanes_named"] == 1 and report["spans"] > 0
-    rerun = annotate(first, again, "-a", ann)
-    assert rerun["metadata_removed"] == 1 and rerun["lanes_named"] == 1, (
-        "the name is removed and written again"
-    )
+    rerun = annotate(first, again, "-a", ann, "--lanes", lanes)
+    renamed = 1 if lanes == "reference" else 0
+    assert (rerun["metadata_removed"], rerun["lanes_named"]) == (renamed, renamed)
     assert again.read_bytes() == first.read_bytes()
 
 

@@ -398,8 +398,11 @@ fn annotate_and_fix(
         max_adjust_us: Some(options.max_adjust_us),
         odd: OddEvents::Skip,
     };
-    let annotated =
-        passes::relane_with(index, resolved, options.default_stream, link, options.lanes != Lanes::None);
+    let relane = match options.lanes {
+        Lanes::None => passes::Relane::Keep,
+        _ => passes::Relane::Move { kept: Some(options.overlap_stream) },
+    };
+    let annotated = passes::relane_with(index, resolved, options.default_stream, link, relane);
     let parallel = crate::threads() > 1;
     let shared = &*index;
     let (visits, plan) =

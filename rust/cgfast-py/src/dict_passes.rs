@@ -122,6 +122,7 @@ fn index_of(events: &Bound<'_, PyList>) -> PyResult<DictIndex> {
             args_stream,
             args_name_is_stream,
             scope_span: false,
+            moved_earlier: false,
             replay_marker: cgfast_core::index::ReplayMarker::None,
             correlation: None,
             grid_block: None,

@@ -165,6 +165,8 @@ pub struct Observed<'a> {
     pub scope_span: bool,
     /// The replay marker an earlier run wrote in `args["cgfast"]`.
     pub replay_marker: ReplayMarker,
+    /// Its args hold `original_stream`: an earlier run moved it.
+    pub moved_earlier: bool,
     pub correlation: Option<i64>,
     pub grid_block: Option<[u32; 6]>,
 }
@@ -197,6 +199,8 @@ const SCOPE_SPAN: u32 = 1 << 20;
 const MARKER_IN_SHIFT: u32 = 21;
 const MARKER_OUT_SHIFT: u32 = 23;
 const MARKER_MASK: u32 = 0b11;
+/// An earlier run moved it (its args hold `original_stream`).
+const MOVED_EARLIER: u32 = 1 << 25;
 
 /// Why recovery left a graph-launched event without a node id, as annotate writes it in
 /// `args["cgfast"]`, so that `cgfast summary` can tell the two apart.
@@ -321,6 +325,11 @@ impl Tracked {
     /// A scope span an earlier run of cgfast wrote.
     pub fn scope_span(&self) -> bool {
         self.has(SCOPE_SPAN)
+    }
+
+    /// An earlier run moved it: its args hold `original_stream`.
+    pub fn moved_earlier(&self) -> bool {
+        self.has(MOVED_EARLIER)
     }
 
     /// The replay marker the event had in the input.
@@ -740,6 +749,9 @@ impl TraceIndex {
         }
         if ev.scope_span && ev.cat == Cat::UserAnnotation {
             flags |= SCOPE_SPAN;
+        }
+        if ev.moved_earlier {
+            flags |= MOVED_EARLIER;
         }
         if ev.cat.is_work() {
             let marker = ev.replay_marker as u32;

@@ -167,19 +167,34 @@ pub fn annotate(
 /// Step 2 of `annotate_trace` for the events alone: each takes the lane its annotation
 /// asks for, or `default_stream`. How many were annotated.
 pub fn relane(index: &mut TraceIndex, annotations: &impl Lookup, default_stream: i64, link: FlowLink) -> u64 {
-    relane_with(index, annotations, default_stream, link, true)
+    relane_with(index, annotations, default_stream, link, Relane::Move { kept: None })
 }
 
-/// [`relane`], or with `moves` false only the counting and marking: every event keeps
-/// the lane it ran on (`--lanes none`).
+/// How [`relane_with`] treats the lanes.
+#[derive(Clone, Copy, Debug)]
+pub enum Relane {
+    /// Every event takes the lane its annotation asks for, but those an earlier run moved
+    /// to the `kept` lane (the overlap stream) stay there: on its own output the overlap
+    /// pass then finds what it left, even where the timestamp repair since took an
+    /// event's overlap away.
+    Move { kept: Option<i64> },
+    /// Only count and mark: every event keeps the lane it ran on (`--lanes none`).
+    Keep,
+}
+
+/// [`relane`], with the lanes treated as `lanes` says.
 pub fn relane_with(
     index: &mut TraceIndex,
     annotations: &impl Lookup,
     default_stream: i64,
     link: FlowLink,
-    moves: bool,
+    lanes_are: Relane,
 ) -> u64 {
     let mut annotated = 0;
+    let kept = match lanes_are {
+        Relane::Move { kept: Some(stream) } => index.keys.find(Key::Int(stream)),
+        _ => None,
+    };
     let mut lanes: HashMap<i64, KeyId> = HashMap::default();
     for i in 0..index.events.len() {
         if !relanes(&index.events[i], link) {
@@ -193,7 +208,8 @@ pub fn relane_with(
                 stream = asked;
             }
         }
-        if !moves {
+        let e = &index.events[i];
+        if matches!(lanes_are, Relane::Keep) || (kept == Some(e.tid) && e.moved_earlier()) {
             continue;
         }
         let stream = stream.unwrap_or(default_stream);
@@ -699,6 +715,7 @@ pub(crate) mod tests {
                 args_stream: None,
                 args_name_is_stream: e.stream_name,
                 scope_span: false,
+                moved_earlier: false,
                 replay_marker: crate::index::ReplayMarker::None,
                 correlation: None,
                 grid_block: None,
@@ -820,6 +837,7 @@ pub(crate) mod tests {
                 args_stream: None,
                 args_name_is_stream: false,
                 scope_span: false,
+                moved_earlier: false,
                 replay_marker: crate::index::ReplayMarker::None,
                 correlation: None,
                 grid_block: None,

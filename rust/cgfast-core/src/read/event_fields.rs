@@ -86,6 +86,8 @@ pub(crate) struct Raw {
     pub(crate) args_cgfast: Option<Scalar>,
     /// `args["graph id"]`, which torch 2.15 writes beside a local `graph node id`.
     pub(crate) graph_id: Option<Scalar>,
+    /// `args["original_stream"]`: an earlier run (or torch's export) moved the event.
+    pub(crate) original_stream: bool,
     pub(crate) grid: Option<Scalar>,
     pub(crate) block: Option<Scalar>,
 }
@@ -95,7 +97,7 @@ impl Raw {
     fn start_args(&mut self) {
         (self.gni, self.correlation, self.args_name, self.args_stream, self.grid, self.block) =
             (None, None, None, None, None, None);
-        (self.args_cgfast, self.graph_id) = (None, None);
+        (self.args_cgfast, self.graph_id, self.original_stream) = (None, None, false);
         (self.stream_at, self.node_at, self.args_conflict) = (None, None, false);
         (self.args_object, self.args_close) = (false, None);
     }
@@ -182,6 +184,10 @@ pub(crate) fn read(c: &mut Cursor<'_>, raw: &mut Raw, write_keys: &WriteKeys) ->
                             b"name" => raw.args_name = Some(c.scalar()?),
                             b"cgfast" => raw.args_cgfast = Some(c.scalar()?),
                             b"graph id" => raw.graph_id = Some(c.scalar()?),
+                            b"original_stream" => {
+                                raw.original_stream = true;
+                                c.skip_value()?
+                            }
                             b"stream" => {
                                 let (v, at) = spanned(c)?;
                                 raw.args_stream = Some(v);
@@ -378,6 +384,10 @@ impl<'a> Plain<'a> {
                 b"name" => raw.args_name = Some(r.scalar()?),
                 b"cgfast" => raw.args_cgfast = Some(r.scalar()?),
                 b"graph id" => raw.graph_id = Some(r.scalar()?),
+                b"original_stream" => {
+                    raw.original_stream = true;
+                    r.scalar()?;
+                }
                 b"stream" => (raw.args_stream, raw.stream_at) = r.spanned()?,
                 b"grid" => raw.grid = Some(r.dims()?),
                 b"block" => raw.block = Some(r.dims()?),

@@ -300,6 +300,7 @@ fn observe(buf: &[u8], raw: &Raw, ordinal: u32, index: &mut TraceIndex) -> Kept 
         args_stream: raw.args_stream.map(|s| key(buf, Some(s), &mut index.keys)),
         args_name_is_stream: matches!(raw.args_name, Some(Scalar::Str(span)) if text_of(buf, span).starts_with("stream ")),
         scope_span: matches!(raw.args_cgfast, Some(Scalar::Str(span)) if text_of(buf, span) == "scope"),
+        moved_earlier: raw.original_stream,
         replay_marker: match raw.args_cgfast {
             Some(Scalar::Str(span)) => crate::index::ReplayMarker::from_text(&text_of(buf, span)),
             _ => crate::index::ReplayMarker::None,
