@@ -50,21 +50,7 @@ impl SpansJson {
         push_micros(out, span.end as i128 - span.start as i128, span.integer);
         out.extend_from_slice(self.tail.as_bytes());
     }
-}
 
-/// Spans formatted at a time (about 700 KB of JSON).
-const CHUNK: usize = 4096;
-/// Formatted chunks waiting to be written, at most.
-const AHEAD: usize = 16;
-
-impl Appended for SpansJson {
-    fn write_to(&self, out: &mut dyn Write) -> io::Result<()> {
-        // the rewrite and the output's writer have a core each
-        self.write_with(out, crate::threads().saturating_sub(2).min(6))
-    }
-}
-
-impl SpansJson {
     /// Runs of at most [`CHUNK`] spans of one lane, in writing order.
     fn chunks(&self) -> Vec<(usize, std::ops::Range<usize>)> {
         let mut chunks = Vec::new();
@@ -99,7 +85,7 @@ impl SpansJson {
         };
         let workers = workers.min(chunks.len().saturating_sub(1));
         if workers == 0 {
-            let mut buffer = Vec::with_capacity(CHUNK * 256);
+            let mut buffer = Vec::with_capacity(CHUNK_CAPACITY);
             for i in 0..chunks.len() {
                 buffer.clear();
                 format(i, &mut buffer);
@@ -132,6 +118,20 @@ impl SpansJson {
     }
 }
 
+/// Spans formatted at a time (about 700 KB of JSON) ...
+const CHUNK: usize = 4096;
+/// ... into buffers of this many bytes to start with.
+const CHUNK_CAPACITY: usize = CHUNK * 256;
+/// Formatted chunks waiting to be written, at most.
+const AHEAD: usize = 16;
+
+impl Appended for SpansJson {
+    fn write_to(&self, out: &mut dyn Write) -> io::Result<()> {
+        // the rewrite and the output's writer have a core each
+        self.write_with(out, crate::threads().saturating_sub(2).min(6))
+    }
+}
+
 /// Chunks formatted by several threads and written in order by one, with at most
 /// [`AHEAD`] waiting (their buffers reused).
 struct Formatted {
@@ -140,10 +140,10 @@ struct Formatted {
 }
 
 struct FormattedState {
-    /// The next chunk to hand out, the next to write and how many there are.
+    /// The next chunk to hand out and the next to write.
     next: usize,
     writing: usize,
-    count: usize,
+    /// Each chunk's JSON, from when it is formatted until it is written.
     ready: Vec<Option<Vec<u8>>>,
     spare: Vec<Vec<u8>>,
     stopped: bool,
@@ -154,7 +154,6 @@ impl Formatted {
         let state = FormattedState {
             next: 0,
             writing: 0,
-            count,
             ready: (0..count).map(|_| None).collect(),
             spare: Vec::new(),
             stopped: false,
@@ -170,15 +169,15 @@ impl Formatted {
     /// the one being written; `None` when all are handed out or writing stopped.
     fn next_to_format(&self) -> Option<(usize, Vec<u8>)> {
         let mut state = self.lock();
-        while !state.stopped && state.next < state.count && state.next >= state.writing + AHEAD {
+        while !state.stopped && state.next < state.ready.len() && state.next >= state.writing + AHEAD {
             state = self.changed.wait(state).unwrap_or_else(std::sync::PoisonError::into_inner);
         }
-        if state.stopped || state.next == state.count {
+        if state.stopped || state.next == state.ready.len() {
             return None;
         }
         let i = state.next;
         state.next += 1;
-        let buffer = state.spare.pop().unwrap_or_else(|| Vec::with_capacity(CHUNK * 256));
+        let buffer = state.spare.pop().unwrap_or_else(|| Vec::with_capacity(CHUNK_CAPACITY));
         Some((i, buffer))
     }
 
