@@ -36,6 +36,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
@@ -55,8 +56,19 @@ def cgfast_binary() -> str:
     return found
 
 
-def measure(argv: list[str]) -> tuple[float, int]:
-    """Wall seconds and peak RSS (bytes) of one run; its output is discarded."""
+class Usage(NamedTuple):
+    """What one run took."""
+
+    wall: float
+    """Seconds."""
+    cpu: float
+    """Seconds of CPU, user and system, on all its threads."""
+    peak_rss: int
+    """Bytes."""
+
+
+def measure_usage(argv: list[str]) -> Usage:
+    """What one run took; its output is discarded."""
     started = time.perf_counter()
     child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(child.pid, 0)
@@ -64,7 +76,13 @@ def measure(argv: list[str]) -> tuple[float, int]:
     err = child.stderr.read().decode(errors="replace") if child.stderr else ""
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"{argv[0]} failed:\n{err}")
-    return wall, usage.ru_maxrss * 1024
+    return Usage(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024)
+
+
+def measure(argv: list[str]) -> tuple[float, int]:
+    """Wall seconds and peak RSS (bytes) of one run; its output is discarded."""
+    usage = measure_usage(argv)
+    return usage.wall, usage.peak_rss
 
 
 def dataset(size_mb: int, node_ids: bool) -> tuple[Path, Path, Path]:

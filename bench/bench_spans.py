@@ -1,7 +1,7 @@
 """What scope spans cost: ``cgfast annotate`` with ``--spans none`` and with the default
 ``--spans module``, side by side on the same trace, runs interleaved.
 
-    python bench/bench_spans.py [--models resnet50,llama,...] [--size 200] [--runs 15]
+    python bench/bench_spans.py [--models resnet50,llama,...] [--size 200] [--runs 21]
     python bench/bench_spans.py --models synthetic --module-runs 4
     python bench/bench_spans.py --binary path/to/another/cgfast
 
@@ -12,14 +12,22 @@ kernels of a real model in launch order, each labelled with its module
 transformers from ``examples/`` (about 0.3 spans per kernel) and eager timm and Hugging
 Face models as ``annotate_modules`` labels them (0.4 to 1.3). ``synthetic`` is the
 generator's own labelling, ``--module-runs`` consecutive nodes sharing a module, spread
-over two streams (about one span per kernel at 4, two at 1). Prints each run, the
-fastest and median of each case, what spans add and the peak RSS.
+over two streams (about one span per kernel at 4, two at 1).
+
+The two cases run in pairs, one right after the other, the order alternating. What
+spans add is the median over the pairs of how much longer the run with spans took, with
+the interval that holds the true median with 95% confidence whatever the distribution
+(the sign test's): the pairing takes out the drift of a machine whose speed wanders from
+one second to the next. Also printed: each run, the fastest and median of each case,
+what spans add to the CPU time (user and system, all threads; median over the pairs)
+and the peak RSS.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -27,7 +35,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-from bench_annotate import cgfast_binary, measure, settle  # noqa: E402
+from bench_annotate import Usage, cgfast_binary, measure_usage, settle  # noqa: E402
 from gen_trace import generate, write_annotations  # noqa: E402
 from model_modules import load as model_modules  # noqa: E402
 
@@ -49,8 +57,23 @@ def dataset(size_mb: int, model: str, module_runs: int) -> tuple[Path, Path]:
     return trace, directory / "kernel_annotations_rank0_1.json"
 
 
+def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """The median of `values` and an interval that holds the true median with at least
+    `confidence`, whatever the distribution: the order statistics a fair coin puts it
+    between (the sign test's interval)."""
+    xs = sorted(values)
+    n = len(xs)
+    k, below = 0, 0.0
+    while k < n // 2 and below + math.comb(n, k) / 2**n <= (1 - confidence) / 2:
+        below += math.comb(n, k) / 2**n
+        k += 1
+    if k == 0:
+        return statistics.median(xs), xs[0], xs[-1]
+    return statistics.median(xs), xs[k - 1], xs[n - k]
+
+
 def compare(binary: str, trace: Path, annotations: Path, runs: int) -> str:
-    """Run both cases `runs` times, interleaved; a line of what spans add."""
+    """Run both cases `runs` times, in pairs whose order alternates; a line of what spans add."""
     out = trace.parent / "out.json"
     argv = [binary, "annotate", str(trace), "-a", str(annotations), "-o", str(out), "--no-progress"]
     report = json.loads(subprocess.run([*argv, "--json"], check=True, capture_output=True, text=True).stdout)
@@ -60,35 +83,42 @@ def compare(binary: str, trace: Path, annotations: Path, runs: int) -> str:
         f"{report['spans']:,} spans ({density:.2f} per annotated event)"
     )
     cases = {"--spans none": ["--spans", "none"], "--spans module": []}
-    results: dict[str, list[tuple[float, int]]] = {name: [] for name in cases}
+    results: dict[str, list[Usage]] = {name: [] for name in cases}
     sizes = {}
     settle([trace, annotations])
     for run in range(runs):
         for name, extra in cases.items() if run % 2 == 0 else reversed(cases.items()):
             out.unlink(missing_ok=True)
             settle([])
-            results[name].append(measure(argv + extra))
+            results[name].append(measure_usage(argv + extra))
             sizes[name] = out.stat().st_size
     out.unlink(missing_ok=True)
     for name, timed in results.items():
-        seconds = [s for s, _ in timed]
+        seconds = [u.wall for u in timed]
         print(
             f"  {name:16} fastest {min(seconds):.3f} s, median {statistics.median(seconds):.3f} s, "
-            f"peak RSS {max(r for _, r in timed) / 1e6:.0f} MB, output {sizes[name] / 1e6:.0f} MB; "
+            f"CPU median {statistics.median(u.cpu for u in timed):.3f} s, "
+            f"peak RSS {max(u.peak_rss for u in timed) / 1e6:.0f} MB, output {sizes[name] / 1e6:.0f} MB; "
             f"runs {' '.join(f'{s:.3f}' for s in seconds)}"
         )
     base, spans = (results[n] for n in cases)
-    fastest = min(s for s, _ in spans) / min(s for s, _ in base) - 1
-    median = statistics.median(s for s, _ in spans) / statistics.median(s for s, _ in base) - 1
+    paired, low, high = median_interval([s.wall / b.wall - 1 for b, s in zip(base, spans)])
+    cpu = statistics.median(s.cpu / b.cpu - 1 for b, s in zip(base, spans))
+    fastest = min(s.wall for s in spans) / min(b.wall for b in base) - 1
+    median = statistics.median(s.wall for s in spans) / statistics.median(b.wall for b in base) - 1
     grown = sizes["--spans module"] / sizes["--spans none"] - 1
-    print(f"  spans add {fastest:+.1%} (fastest runs), {median:+.1%} (median runs); output {grown:+.1%}")
-    return f"{density:.2f} spans/event: {fastest:+.1%} fastest, {median:+.1%} median, output {grown:+.1%}"
+    line = (
+        f"{paired:+.1%} [{low:+.1%}, {high:+.1%}], CPU {cpu:+.1%}; "
+        f"fastest {fastest:+.1%}, median {median:+.1%}; output {grown:+.1%}"
+    )
+    print(f"  spans add {line}")
+    return f"{density:.2f} spans/event: {line}"
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", type=int, default=200, help="trace size in MB of JSON")
-    p.add_argument("--runs", type=int, default=15, help="runs of each case")
+    p.add_argument("--runs", type=int, default=21, help="runs of each case")
     p.add_argument(
         "--models",
         default=",".join([*model_modules(), "synthetic"]),

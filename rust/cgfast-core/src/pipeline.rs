@@ -223,7 +223,9 @@ pub fn annotate_file(
                 .and_then(|r| r.writes.iter().rev().find(|(k, _)| k == key))
                 .map(|(_, v)| v.as_str())
         };
-        spans::scope_spans(index, value_of)
+        let spans = spans::scope_spans(index, value_of);
+        timing.mark("spans found");
+        spans
     };
     let mut spans_made = None;
     std::thread::scope(|scope| {
