@@ -63,13 +63,16 @@ def median_interval(values: list[float], confidence: float = 0.95) -> tuple[floa
     between (the sign test's interval)."""
     xs = sorted(values)
     n = len(xs)
+    # k: the interval runs from the k-th smallest to the k-th largest
     k, below = 0, 0.0
-    while k < n // 2 and below + math.comb(n, k) / 2**n <= (1 - confidence) / 2:
-        below += math.comb(n, k) / 2**n
+    while k < n // 2:
+        tail = math.comb(n, k) / 2**n
+        if below + tail > (1 - confidence) / 2:
+            break
+        below += tail
         k += 1
-    if k == 0:
-        return statistics.median(xs), xs[0], xs[-1]
-    return statistics.median(xs), xs[k - 1], xs[n - k]
+    low, high = (xs[k - 1], xs[n - k]) if k else (xs[0], xs[-1])
+    return statistics.median(xs), low, high
 
 
 def compare(binary: str, trace: Path, annotations: Path, runs: int) -> str:
