@@ -3,6 +3,7 @@
 
 use rustc_hash::FxHashMap as HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use crate::annotations::{Annotations, Resolved};
@@ -214,31 +215,43 @@ pub fn annotate_file(
     let mut rewriting = Rewriting::new(&index, &layout, resolved, options.lanes);
     let mut sink = open_sink(&mut out_file, output, layout.total_len, options, annotated.annotated)?;
     let mut edit = |id: usize, original: &[u8], out: &mut Vec<u8>| rewriting.edit(id, original, out);
-    // the spans are found and written out while the rewrite copies the trace
+    // the spans are found while the rewrite copies the trace, on the time it leaves
     let index = &index;
-    let find_spans = |key: &str| {
-        let value_of = |node: NodeId| {
+    let key = options.spans.as_deref();
+    let finder = key.map(|key| {
+        spans::SpanFinder::new(index, move |node: NodeId| {
             resolved
                 .get(&node)
                 .and_then(|r| r.writes.iter().rev().find(|(k, _)| k == key))
                 .map(|(_, v)| v.as_str())
-        };
-        let spans = spans::scope_spans(index, value_of);
-        timing.mark("spans found");
-        spans
-    };
+        })
+    });
+    let stop = AtomicBool::new(false);
     let mut spans_made = None;
     std::thread::scope(|scope| {
-        let key = options.spans.as_deref();
-        let mut early = key.filter(|_| crate::threads() > 1).map(|key| scope.spawn(move || find_spans(key)));
+        let mut finder = finder;
+        let mut early = finder.take_if(|_| crate::threads() > 1).map(|mut finder| {
+            let stop = &stop;
+            scope.spawn(move || {
+                run_on_spare_time();
+                finder.run(stop);
+                finder
+            })
+        });
         let mut appended = || {
+            timing.mark("copied");
+            // what the finder has not done yet is finished here, at this thread's priority
+            stop.store(true, Ordering::Relaxed);
             let made = match early.take() {
                 Some(job) => Some(job.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))),
-                None => key.map(find_spans),
+                None => finder.take(),
             };
             let mut appended: Vec<Box<dyn rewrite::Appended>> =
                 std::mem::take(&mut lane_names).into_iter().map(|name| Box::new(name) as _).collect();
-            if let (Some(spans), Some(key)) = (made, key) {
+            if let (Some(mut finder), Some(key)) = (made, key) {
+                finder.run(&AtomicBool::new(false));
+                let spans = finder.finish();
+                timing.mark("spans found");
                 spans_made = Some(spans.len() as u64);
                 if !spans.is_empty() {
                     appended.push(Box::new(SpansJson::new(spans, index, key)));
@@ -246,7 +259,7 @@ pub fn annotate_file(
             }
             appended
         };
-        rewrite::rewrite(
+        let rewritten = rewrite::rewrite(
             input,
             &layout,
             changes(index, &layout),
@@ -254,9 +267,12 @@ pub fn annotate_file(
             &mut appended,
             &mut sink,
             &mut |done, total| progress(Phase::Writing, done, total),
-        )
-        .and_then(|_| sink.finish())
-        .map_err(|e| fail(format!("{}: {}", output.display(), describe_io(&e))))
+        );
+        // a rewrite that failed leaves a finder to stop
+        stop.store(true, Ordering::Relaxed);
+        rewritten
+            .and_then(|_| sink.finish())
+            .map_err(|e| fail(format!("{}: {}", output.display(), describe_io(&e))))
     })?;
     timing.mark("rewritten");
     crate::cancel::check().map_err(|e| fail(format!("{}: {e}", output.display())))?;
@@ -432,6 +448,24 @@ fn both<A, B: Send>(parallel: bool, first: impl FnOnce() -> A, second: impl FnOn
         let a = first();
         (a, running.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
     })
+}
+
+/// The priority of the span finder's thread (Linux threads have their own): a tenth of
+/// the weight of a thread at 0, so that it takes little from the rewrite, yet on a
+/// machine that other processes keep busy gets a turn soon enough to hand its work over
+/// (at 19 it may wait for one far longer).
+#[cfg(target_os = "linux")]
+const SPARE_TIME_NICE: i32 = 10;
+
+/// Let the calling thread run mostly on what the other threads leave of the processors,
+/// where the system allows.
+fn run_on_spare_time() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: plain system calls on the calling thread.
+    unsafe {
+        let thread = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, thread, SPARE_TIME_NICE);
+    }
 }
 
 /// Return the memory the scanner's threads freed to the system, so that the passes'

@@ -19,6 +19,7 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use rustc_hash::FxHashMap as HashMap;
 
@@ -108,13 +109,55 @@ struct Places<'a, F> {
     name_ids: HashMap<&'a str, u32>,
     /// each value as the names of its prefixes, shortest first
     chains: Vec<Vec<u32>>,
-    chain_of: HashMap<NodeId, u32>,
+    chain_of: ChainOf,
     lanes: Vec<(KeyId, KeyId, Spelling, Spelling)>,
     lane_ids: HashMap<(KeyId, KeyId), u32>,
     base: Option<i128>,
-    /// The last node's chain and the last lane, asked again and again.
-    last_chain: Option<(NodeId, u32)>,
+    /// The last lane, asked again and again.
     last_lane: Option<((KeyId, KeyId), u32)>,
+}
+
+/// Each node's chain, once looked up: for the usual ids (`graph << 32 | local`, a graph's
+/// nodes numbered from 0) in a table per graph by local id, the last graph's at hand.
+#[derive(Default)]
+struct ChainOf {
+    tables: Vec<Vec<u32>>,
+    table_of: HashMap<i64, u32>,
+    last: Option<(i64, u32)>,
+    other: HashMap<NodeId, u32>,
+}
+
+/// Not looked up yet.
+const UNSEEN: u32 = NONE - 1;
+/// Local ids up to this many get a place in their graph's table.
+const TABLE_LOCALS: u32 = 1 << 20;
+
+impl ChainOf {
+    /// Where `node`'s chain is kept (`UNSEEN` until it is).
+    fn slot(&mut self, node: NodeId) -> &mut u32 {
+        let (graph, local) = (node >> 32, (node & 0xffff_ffff) as u32);
+        let graph = match i64::try_from(graph) {
+            Ok(graph) if node >= 0 && local < TABLE_LOCALS => graph,
+            _ => return self.other.entry(node).or_insert(UNSEEN),
+        };
+        let table = match self.last {
+            Some((last, table)) if last == graph => table,
+            _ => {
+                let tables = &mut self.tables;
+                let table = *self.table_of.entry(graph).or_insert_with(|| {
+                    tables.push(Vec::new());
+                    tables.len() as u32 - 1
+                });
+                self.last = Some((graph, table));
+                table
+            }
+        };
+        let table = &mut self.tables[table as usize];
+        if local as usize >= table.len() {
+            table.resize(local as usize + 1, UNSEEN);
+        }
+        &mut table[local as usize]
+    }
 }
 
 impl<'a, F: Fn(NodeId) -> Option<&'a str>> Places<'a, F> {
@@ -131,21 +174,16 @@ impl<'a, F: Fn(NodeId) -> Option<&'a str>> Places<'a, F> {
             return None;
         };
         let chain = match e.annotation() {
-            Some(node) => match self.last_chain {
-                Some((last, chain)) if last == node => chain,
-                _ => {
-                    let chain = match self.chain_of.get(&node) {
-                        Some(&chain) => chain,
-                        None => {
-                            let chain = self.chain(node);
-                            self.chain_of.insert(node, chain);
-                            chain
-                        }
-                    };
-                    self.last_chain = Some((node, chain));
+            Some(node) => {
+                let chain = *self.chain_of.slot(node);
+                if chain == UNSEEN {
+                    let chain = self.chain(node);
+                    *self.chain_of.slot(node) = chain;
+                    chain
+                } else {
                     chain
                 }
-            },
+            }
             None => NONE,
         };
         let place = (e.pid, e.current_tid());
@@ -180,66 +218,147 @@ impl<'a, F: Fn(NodeId) -> Option<&'a str>> Places<'a, F> {
     }
 }
 
-/// The spans of every lane, from the events' final lanes and starts; `value_of` gives
-/// the key's value for an annotated node.
-pub fn scope_spans<'a>(index: &TraceIndex, value_of: impl Fn(NodeId) -> Option<&'a str>) -> Spans {
-    let mut places = Places {
-        value_of,
-        names: Vec::new(),
-        name_ids: HashMap::default(),
-        chains: Vec::new(),
-        chain_of: HashMap::default(),
-        lanes: Vec::new(),
-        lane_ids: HashMap::default(),
-        base: None,
-        last_chain: None,
-        last_lane: None,
-    };
-    let mut lanes: Vec<LaneSpans> = Vec::new();
-    for (i, e) in index.events.iter().enumerate() {
-        let Some(p) = places.place(i, e) else { continue };
-        if p.lane as usize == lanes.len() {
-            lanes.push(LaneSpans::new());
-        }
-        let lane = &mut lanes[p.lane as usize];
-        if p.start < lane.latest || lane.skew.is_some() {
-            // out of start order: the lane is walked again; how far back events go
-            let skew = lane.skew.unwrap_or(0).max(lane.latest.saturating_sub(p.start));
-            *lane = LaneSpans { skew: Some(skew), latest: lane.latest.max(p.start), ..LaneSpans::new() };
-            continue;
-        }
-        lane.push(p, e.correlation(), &places.chains);
+/// Finds the spans of every lane, from the events' final lanes and starts, as work that
+/// can stop and go on on another thread (so that a thread which only takes what the
+/// machine has spare can start it, and the one that needs the spans finish it).
+pub struct SpanFinder<'i, 'a, F> {
+    index: &'i TraceIndex,
+    places: Places<'a, F>,
+    lanes: Vec<LaneSpans>,
+    walk: Walk,
+}
+
+/// How far the finder is.
+enum Walk {
+    /// The first walk, at this event.
+    First(usize),
+    /// Walking again the lanes whose events came out of start order.
+    Again {
+        next: usize,
+        held: Vec<BinaryHeap<Reverse<Held>>>,
+    },
+    Done,
+}
+
+/// Events walked between looks at the stop flag.
+const STOP_EVERY: usize = 1 << 10;
+
+impl<'i, 'a, F: Fn(NodeId) -> Option<&'a str>> SpanFinder<'i, 'a, F> {
+    /// `value_of` gives the key's value for an annotated node.
+    pub fn new(index: &'i TraceIndex, value_of: F) -> Self {
+        let places = Places {
+            value_of,
+            names: Vec::new(),
+            name_ids: HashMap::default(),
+            chains: Vec::new(),
+            chain_of: ChainOf::default(),
+            lanes: Vec::new(),
+            lane_ids: HashMap::default(),
+            base: None,
+            last_lane: None,
+        };
+        SpanFinder { index, places, lanes: Vec::new(), walk: Walk::First(0) }
     }
-    if lanes.iter().any(|lane| lane.skew.is_some()) {
-        let mut held: Vec<BinaryHeap<Reverse<Held>>> = lanes.iter().map(|_| BinaryHeap::new()).collect();
-        for lane in lanes.iter_mut().filter(|lane| lane.skew.is_some()) {
-            lane.latest = i64::MIN;
-        }
-        for (i, e) in index.events.iter().enumerate() {
-            let Some(p) = places.place(i, e) else { continue };
-            let (lane, held) = (&mut lanes[p.lane as usize], &mut held[p.lane as usize]);
-            let Some(skew) = lane.skew else { continue };
-            lane.latest = lane.latest.max(p.start);
-            held.push(Reverse(Held { start: p.start, placed: p, replay: e.correlation() }));
-            // no event to come starts before this
-            let bound = lane.latest.saturating_sub(skew);
-            while let Some(Reverse(first)) = held.peek().filter(|Reverse(h)| h.start <= bound) {
-                let (p, replay) = (first.placed, first.replay);
-                held.pop();
-                lane.push(p, replay, &places.chains);
+
+    /// Walk on until done (`true`) or until `stop` is set.
+    pub fn run(&mut self, stop: &AtomicBool) -> bool {
+        let events = &self.index.events;
+        loop {
+            match &mut self.walk {
+                Walk::First(next) => {
+                    let to = events.len().min(*next + STOP_EVERY);
+                    for (i, e) in (*next..to).zip(&events[*next..to]) {
+                        first(&mut self.places, &mut self.lanes, i, e);
+                    }
+                    *next = to;
+                    if to == events.len() {
+                        self.walk = if self.lanes.iter().any(|lane| lane.skew.is_some()) {
+                            for lane in self.lanes.iter_mut().filter(|lane| lane.skew.is_some()) {
+                                lane.latest = i64::MIN;
+                            }
+                            let held = self.lanes.iter().map(|_| BinaryHeap::new()).collect();
+                            Walk::Again { next: 0, held }
+                        } else {
+                            Walk::Done
+                        };
+                    }
+                }
+                Walk::Again { next, held } => {
+                    let to = events.len().min(*next + STOP_EVERY);
+                    for (i, e) in (*next..to).zip(&events[*next..to]) {
+                        again(&mut self.places, &mut self.lanes, held, i, e);
+                    }
+                    *next = to;
+                    if to == events.len() {
+                        for (lane, held) in self.lanes.iter_mut().zip(held) {
+                            while let Some(Reverse(h)) = held.pop() {
+                                lane.push(h.placed, h.replay, &self.places.chains);
+                            }
+                        }
+                        self.walk = Walk::Done;
+                    }
+                }
+                Walk::Done => return true,
+            }
+            if stop.load(Ordering::Relaxed) {
+                return matches!(self.walk, Walk::Done);
             }
         }
-        for (lane, mut held) in lanes.iter_mut().zip(held) {
-            while let Some(Reverse(h)) = held.pop() {
-                lane.push(h.placed, h.replay, &places.chains);
-            }
+    }
+
+    /// The spans, once [`SpanFinder::run`] is done.
+    pub fn finish(self) -> Spans {
+        assert!(matches!(self.walk, Walk::Done), "the spans were not all found");
+        let places = self.places;
+        Spans {
+            names: places.names,
+            lanes: places.lanes,
+            base: places.base.unwrap_or(0),
+            spans: self.lanes.into_iter().map(|lane| lane.finish(&places.chains)).collect(),
         }
     }
-    Spans {
-        names: places.names,
-        lanes: places.lanes,
-        base: places.base.unwrap_or(0),
-        spans: lanes.into_iter().map(|lane| lane.finish(&places.chains)).collect(),
+}
+
+/// Event `i` on the first walk: a lane's events while they come in start order.
+fn first<'a, F: Fn(NodeId) -> Option<&'a str>>(
+    places: &mut Places<'a, F>,
+    lanes: &mut Vec<LaneSpans>,
+    i: usize,
+    e: &Tracked,
+) {
+    let Some(p) = places.place(i, e) else { return };
+    if p.lane as usize == lanes.len() {
+        lanes.push(LaneSpans::new());
+    }
+    let lane = &mut lanes[p.lane as usize];
+    if p.start < lane.latest || lane.skew.is_some() {
+        // out of start order: the lane is walked again; how far back events go
+        let skew = lane.skew.unwrap_or(0).max(lane.latest.saturating_sub(p.start));
+        *lane = LaneSpans { skew: Some(skew), latest: lane.latest.max(p.start), ..LaneSpans::new() };
+        return;
+    }
+    lane.push(p, e.correlation(), &places.chains);
+}
+
+/// Event `i` on the walk again: held back on its lane until no event to come can start
+/// before it.
+fn again<'a, F: Fn(NodeId) -> Option<&'a str>>(
+    places: &mut Places<'a, F>,
+    lanes: &mut [LaneSpans],
+    held: &mut [BinaryHeap<Reverse<Held>>],
+    i: usize,
+    e: &Tracked,
+) {
+    let Some(p) = places.place(i, e) else { return };
+    let (lane, held) = (&mut lanes[p.lane as usize], &mut held[p.lane as usize]);
+    let Some(skew) = lane.skew else { return };
+    lane.latest = lane.latest.max(p.start);
+    held.push(Reverse(Held { start: p.start, placed: p, replay: e.correlation() }));
+    let bound = lane.latest.saturating_sub(skew);
+    while let Some(Reverse(first)) = held.peek().filter(|Reverse(h)| h.start <= bound) {
+        let (p, replay) = (first.placed, first.replay);
+        held.pop();
+        lane.push(p, replay, &places.chains);
     }
 }
 
@@ -266,9 +385,11 @@ struct Cluster {
 /// changes.
 struct LaneSpans {
     spans: Vec<Span>,
-    /// The spans open now, outermost first, by their position in `spans`.
-    open: Vec<u32>,
+    /// The spans open now, outermost first: (name, position in `spans`). Their ends
+    /// are the last cluster's, written when they close.
+    open: Vec<(u32, u32)>,
     open_replay: Option<Option<i64>>,
+    last_end: i64,
     cluster: Option<Cluster>,
     /// The latest start so far (`i64::MIN` before the first event).
     latest: i64,
@@ -316,6 +437,7 @@ impl LaneSpans {
             spans: Vec::new(),
             open: Vec::new(),
             open_replay: None,
+            last_end: 0,
             cluster: None,
             latest: i64::MIN,
             skew: None,
@@ -361,26 +483,31 @@ impl LaneSpans {
             chain => &chains[chain as usize][..c.depth as usize],
         };
         if self.open_replay != Some(c.replay) {
-            self.open.clear();
+            self.end_open(0);
             self.open_replay = Some(c.replay);
         }
-        let spans = &mut self.spans;
-        let depth =
-            self.open.iter().zip(path).take_while(|(&s, &name)| spans[s as usize].name == name).count();
-        self.open.truncate(depth);
-        for &s in &self.open {
-            spans[s as usize].end = c.end;
-        }
+        let depth = self.open.iter().zip(path).take_while(|((open, _), name)| open == *name).count();
+        self.end_open(depth);
         for &name in &path[depth..] {
-            self.open.push(spans.len() as u32);
-            spans.push(Span { name, integer: c.integer, start: c.start, end: c.end });
+            self.open.push((name, self.spans.len() as u32));
+            self.spans.push(Span { name, integer: c.integer, start: c.start, end: c.end });
         }
+        self.last_end = c.end;
+    }
+
+    /// End the open spans from `depth` on where the last cluster ended.
+    fn end_open(&mut self, depth: usize) {
+        for &(_, s) in &self.open[depth.min(self.open.len())..] {
+            self.spans[s as usize].end = self.last_end;
+        }
+        self.open.truncate(depth);
     }
 
     fn finish(mut self, chains: &[Vec<u32>]) -> Vec<Span> {
         if let Some(c) = self.cluster.take() {
             self.close(c, chains);
         }
+        self.end_open(0);
         self.spans
     }
 }
@@ -388,6 +515,47 @@ impl LaneSpans {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::read::scan::WriteKeys;
+
+    /// Kernels of replays of 100 on two lanes, one of them out of start order here and
+    /// there, more than a stop's worth; modules by node.
+    fn skewed_trace(dir: &std::path::Path) -> TraceIndex {
+        let events: Vec<String> = (0..3 * STOP_EVERY as i64)
+            .map(|i| {
+                let (tid, late) = (7 + i % 2, if i % 14 == 1 { 25 } else { 0 });
+                let (ts, node, replay) = (i * 10 - late, (1_i64 << 32) | (i % 50), i / 100);
+                format!(
+                    r#"{{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":{tid},"ts":{ts},"dur":8,"args":{{"correlation":{replay},"graph node id":{node}}}}}"#
+                )
+            })
+            .collect();
+        let path = dir.join("trace.json");
+        std::fs::write(&path, format!(r#"{{"traceEvents":[{}]}}"#, events.join(","))).unwrap();
+        let (mut index, _) = crate::read::scan::scan(&path, &WriteKeys::new([]), &mut |_, _| {}).unwrap();
+        index.events.iter_mut().for_each(Tracked::set_annotated);
+        index
+    }
+
+    #[test]
+    fn a_finder_stopped_and_taken_over_finds_what_one_run_does() {
+        const MODULES: [&str; 5] = ["m.a.x", "m.a.y", "m.b", "m.b", "n"];
+        let dir = tempfile::tempdir().unwrap();
+        let index = skewed_trace(dir.path());
+        let value_of = |node: NodeId| Some(MODULES[(node % 50 / 10) as usize]);
+        let mut finder = SpanFinder::new(&index, value_of);
+        assert!(finder.run(&AtomicBool::new(false)));
+        let straight = finder.finish();
+        let mut finder = SpanFinder::new(&index, value_of);
+        let (stop, mut runs) = (AtomicBool::new(true), 1);
+        while !finder.run(&stop) {
+            runs += 1;
+        }
+        // a stop's worth at a time, over both walks (the skewed lane is walked again)
+        assert_eq!(runs, 6);
+        let stopped = finder.finish();
+        assert!(straight.len() > 1000, "{}", straight.len());
+        assert_eq!(stopped, straight);
+    }
 
     #[test]
     fn prefixes_are_dotted() {
