@@ -367,7 +367,7 @@ fn run_passes(
     let (mut annotated, moved, fixed) = annotate_and_fix(index, &resolved, options);
     timing.mark("fixed");
     passes::settle(index, &mut annotated);
-    if options.spans.is_some() {
+    if options.spans.is_some() && index.scope_spans {
         // the spans an earlier run wrote make way for this run's
         index.events.iter_mut().filter(|e| e.scope_span() && !e.removed()).for_each(|e| e.remove());
     }

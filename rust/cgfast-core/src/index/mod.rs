@@ -614,6 +614,8 @@ pub struct TraceIndex {
     /// Some event's `args` has a `"graph id"`: the trace splits its node ids as torch
     /// 2.15's Cuspy profiler does, and recovered ones are written back split too.
     pub split_ids: bool,
+    /// Some event is a scope span an earlier run of cgfast wrote.
+    pub scope_spans: bool,
     pub keys: Keys,
     pub names: Strings,
     pub shapes: Vec<[u32; 6]>,
@@ -749,6 +751,7 @@ impl TraceIndex {
         }
         if ev.scope_span && ev.cat == Cat::UserAnnotation {
             flags |= SCOPE_SPAN;
+            self.scope_spans = true;
         }
         if ev.moved_earlier {
             flags |= MOVED_EARLIER;
@@ -834,6 +837,7 @@ impl TraceIndex {
         self.event_count += next.event_count;
         self.malformed_stamps += std::mem::take(&mut next.malformed_stamps);
         self.split_ids |= next.split_ids;
+        self.scope_spans |= next.scope_spans;
         let r = Renames { keys, names, shapes, offset };
         self.launches.extend(next.launches.drain(..).map(|l| Launch {
             pid: r.key(l.pid),
