@@ -4,6 +4,7 @@
     python bench/bench_spans.py [--models resnet50,llama,...] [--size 200] [--runs 21]
     python bench/bench_spans.py --models synthetic --module-runs 4
     python bench/bench_spans.py --binary path/to/another/cgfast
+    python bench/bench_spans.py --busy 2   # with two processes spinning meanwhile
 
 What spans cost is what they add to the output, so it depends on how many there are per
 kernel: a model's. Each trace is ``bench/gen_trace.py``'s, with every graph holding the
@@ -26,11 +27,13 @@ and the peak RSS.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import statistics
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,6 +121,18 @@ def compare(binary: str, trace: Path, annotations: Path, runs: int) -> str:
     return f"{density:.2f} spans/event: {line}"
 
 
+@contextlib.contextmanager
+def spinning(count: int) -> Iterator[None]:
+    """`count` processes that keep a core each busy meanwhile."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", type=int, default=200, help="trace size in MB of JSON")
@@ -131,6 +146,12 @@ def main() -> None:
     p.add_argument(
         "--binary", help="the cgfast binary to time (default: target/release/cgfast, else on PATH)"
     )
+    p.add_argument(
+        "--busy",
+        type=int,
+        default=0,
+        help="processes that spin on a core each while the runs are timed, as on a machine others use",
+    )
     a = p.parse_args()
     models = a.models.split(",")
     unknown = [m for m in models if m not in model_modules() and m != "synthetic"]
@@ -140,7 +161,8 @@ def main() -> None:
     summary = {}
     for model in models:
         trace, annotations = dataset(a.size, model, a.module_runs)
-        summary[model] = compare(binary, trace, annotations, a.runs)
+        with spinning(a.busy):
+            summary[model] = compare(binary, trace, annotations, a.runs)
     print("\nspans add, side by side:")
     for model, line in summary.items():
         print(f"  {model:22} {line}")
