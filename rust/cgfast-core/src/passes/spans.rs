@@ -118,7 +118,9 @@ struct Places<'a, F> {
 }
 
 /// Each node's chain, once looked up: for the usual ids (`graph << 32 | local`, a graph's
-/// nodes numbered from 0) in a table per graph by local id, the last graph's at hand.
+/// nodes numbered from 0) in a table per graph by local id, the last graph's at hand. A
+/// table grows only by about what it holds, so that ids far apart (which go to a map)
+/// cost no more memory than their events.
 #[derive(Default)]
 struct ChainOf {
     tables: Vec<Vec<u32>>,
@@ -129,17 +131,15 @@ struct ChainOf {
 
 /// Not looked up yet.
 const UNSEEN: u32 = NONE - 1;
-/// Local ids up to this many get a place in their graph's table.
-const TABLE_LOCALS: u32 = 1 << 20;
 
 impl ChainOf {
     /// Where `node`'s chain is kept (`UNSEEN` until it is).
     fn slot(&mut self, node: NodeId) -> &mut u32 {
-        let (graph, local) = (node >> 32, (node & 0xffff_ffff) as u32);
-        let graph = match i64::try_from(graph) {
-            Ok(graph) if node >= 0 && local < TABLE_LOCALS => graph,
+        let graph = match i64::try_from(node >> 32) {
+            Ok(graph) if node >= 0 => graph,
             _ => return self.other.entry(node).or_insert(UNSEEN),
         };
+        let local = (node & 0xffff_ffff) as usize;
         let table = match self.last {
             Some((last, table)) if last == graph => table,
             _ => {
@@ -153,10 +153,15 @@ impl ChainOf {
             }
         };
         let table = &mut self.tables[table as usize];
-        if local as usize >= table.len() {
-            table.resize(local as usize + 1, UNSEEN);
+        if local >= table.len() {
+            if local > 2 * table.len() + 16 {
+                // a node looked up here before its table reaches it is looked up again
+                // once it does: its chain is made twice, alike
+                return self.other.entry(node).or_insert(UNSEEN);
+            }
+            table.resize(local + 1, UNSEEN);
         }
-        &mut table[local as usize]
+        &mut table[local]
     }
 }
 
@@ -555,6 +560,32 @@ mod tests {
         let stopped = finder.finish();
         assert!(straight.len() > 500, "{}", straight.len());
         assert_eq!(stopped, straight);
+    }
+
+    #[test]
+    fn node_tables_grow_only_with_what_they_hold() {
+        let mut chains = ChainOf::default();
+        let sparse = |graph: NodeId| graph << 32 | 1_000_000;
+        let (dense, backwards) = (|local: NodeId| 6 << 32 | local, |local: NodeId| 5 << 32 | local);
+        for graph in 0..1000 {
+            *chains.slot(sparse(graph)) = graph as u32;
+        }
+        for local in (0..5000).rev() {
+            *chains.slot(backwards(local)) = local as u32;
+        }
+        for local in 0..5000 {
+            *chains.slot(dense(local)) = local as u32 + 1;
+        }
+        *chains.slot(-3) = 9;
+        let held: usize = chains.tables.iter().map(Vec::len).sum();
+        assert_eq!(held, 5000 + 17, "the dense graph and the start of the backwards one");
+        for local in 0..5000 {
+            assert_eq!(*chains.slot(dense(local)), local as u32 + 1);
+            // once its table reaches a node kept aside, the node is looked up anew
+            assert!([local as u32, UNSEEN].contains(chains.slot(backwards(local))), "{local}");
+        }
+        assert!((0..1000).all(|graph| *chains.slot(sparse(graph)) == graph as u32));
+        assert_eq!((*chains.slot(-3), *chains.slot(7 << 32)), (9, UNSEEN));
     }
 
     #[test]
