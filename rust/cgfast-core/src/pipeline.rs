@@ -218,7 +218,7 @@ pub fn annotate_file(
     // the spans are found while the rewrite copies the trace, on the time it leaves
     let index = &index;
     let key = options.spans.as_deref();
-    let finder = key.map(|key| {
+    let mut finder = key.map(|key| {
         spans::SpanFinder::new(index, move |node: NodeId| {
             resolved
                 .get(&node)
@@ -229,7 +229,6 @@ pub fn annotate_file(
     let stop = AtomicBool::new(false);
     let mut spans_made = None;
     std::thread::scope(|scope| {
-        let mut finder = finder;
         let mut early = finder.take_if(|_| crate::threads() > 1).map(|mut finder| {
             let stop = &stop;
             scope.spawn(move || {

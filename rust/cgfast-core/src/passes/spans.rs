@@ -231,17 +231,15 @@ pub struct SpanFinder<'i, 'a, F> {
     places: Places<'a, F>,
     lanes: Vec<LaneSpans>,
     walk: Walk,
+    /// The next event of the walk.
+    next: usize,
 }
 
-/// How far the finder is.
+/// Which walk the finder is on.
 enum Walk {
-    /// The first walk, at this event.
-    First(usize),
+    First,
     /// Walking again the lanes whose events came out of start order.
-    Again {
-        next: usize,
-        held: Vec<BinaryHeap<Reverse<Held>>>,
-    },
+    Again(Vec<BinaryHeap<Reverse<Held>>>),
     Done,
 }
 
@@ -262,53 +260,53 @@ impl<'i, 'a, F: Fn(NodeId) -> Option<&'a str>> SpanFinder<'i, 'a, F> {
             base: None,
             last_lane: None,
         };
-        SpanFinder { index, places, lanes: Vec::new(), walk: Walk::First(0) }
+        SpanFinder { index, places, lanes: Vec::new(), walk: Walk::First, next: 0 }
     }
 
     /// Walk on until done (`true`) or until `stop` is set.
     pub fn run(&mut self, stop: &AtomicBool) -> bool {
         let events = &self.index.events;
         loop {
+            let (from, to) = (self.next, events.len().min(self.next + STOP_EVERY));
+            let steps = (from..to).zip(&events[from..to]);
             match &mut self.walk {
-                Walk::First(next) => {
-                    let to = events.len().min(*next + STOP_EVERY);
-                    for (i, e) in (*next..to).zip(&events[*next..to]) {
-                        first(&mut self.places, &mut self.lanes, i, e);
-                    }
-                    *next = to;
-                    if to == events.len() {
-                        self.walk = if self.lanes.iter().any(|lane| lane.skew.is_some()) {
-                            for lane in self.lanes.iter_mut().filter(|lane| lane.skew.is_some()) {
-                                lane.latest = i64::MIN;
-                            }
-                            let held = self.lanes.iter().map(|_| BinaryHeap::new()).collect();
-                            Walk::Again { next: 0, held }
-                        } else {
-                            Walk::Done
-                        };
-                    }
-                }
-                Walk::Again { next, held } => {
-                    let to = events.len().min(*next + STOP_EVERY);
-                    for (i, e) in (*next..to).zip(&events[*next..to]) {
-                        again(&mut self.places, &mut self.lanes, held, i, e);
-                    }
-                    *next = to;
-                    if to == events.len() {
-                        for (lane, held) in self.lanes.iter_mut().zip(held) {
-                            while let Some(Reverse(h)) = held.pop() {
-                                lane.push(h.placed, h.replay, &self.places.chains);
-                            }
-                        }
-                        self.walk = Walk::Done;
-                    }
+                Walk::First => steps.for_each(|(i, e)| first(&mut self.places, &mut self.lanes, i, e)),
+                Walk::Again(held) => {
+                    steps.for_each(|(i, e)| again(&mut self.places, &mut self.lanes, held, i, e));
                 }
                 Walk::Done => return true,
+            }
+            self.next = to;
+            if to == events.len() {
+                self.end_walk();
             }
             if stop.load(Ordering::Relaxed) {
                 return matches!(self.walk, Walk::Done);
             }
         }
+    }
+
+    /// After the first walk, walk again where a lane came out of start order; after
+    /// that, push the events still held back.
+    fn end_walk(&mut self) {
+        self.next = 0;
+        self.walk = match std::mem::replace(&mut self.walk, Walk::Done) {
+            Walk::First if self.lanes.iter().any(|lane| lane.skew.is_some()) => {
+                for lane in self.lanes.iter_mut().filter(|lane| lane.skew.is_some()) {
+                    lane.latest = i64::MIN;
+                }
+                Walk::Again(self.lanes.iter().map(|_| BinaryHeap::new()).collect())
+            }
+            Walk::Again(held) => {
+                for (lane, mut held) in self.lanes.iter_mut().zip(held) {
+                    while let Some(Reverse(h)) = held.pop() {
+                        lane.push(h.placed, h.replay, &self.places.chains);
+                    }
+                }
+                Walk::Done
+            }
+            _ => Walk::Done,
+        };
     }
 
     /// The spans, once [`SpanFinder::run`] is done.
@@ -502,7 +500,7 @@ impl LaneSpans {
 
     /// End the open spans from `depth` on where the last cluster ended.
     fn end_open(&mut self, depth: usize) {
-        for &(_, s) in &self.open[depth.min(self.open.len())..] {
+        for &(_, s) in &self.open[depth..] {
             self.spans[s as usize].end = self.last_end;
         }
         self.open.truncate(depth);
