@@ -592,16 +592,49 @@ def test_odd_events_pass_through_untouched(ref, tmp_path):
     assert (tmp_path / "o2.json").read_bytes() == (tmp_path / "o.json").read_bytes()
 
 
-def test_invalid_utf8_is_a_clean_outcome(tmp_path, good):
+# Invalid UTF-8 inside a trace's strings is copied through byte for byte (cgfast is a
+# drop-in that loses nothing), counted in the report (each invalid sequence is what a
+# decoder shows as one U+FFFD), and the command line says so in one warning line.
+INVALID_UTF8_TRACE = (
+    b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k\xff\xfe", "pid": 0, "tid": 7, "ts": 1, "dur": 1, '
+    b'"args": {"graph node id": 5}}, {"ph": "X", "cat": "cpu_op", "name": "op \xe2\x82", "pid": 1, "tid": 2, '
+    b'"ts": 1, "dur": 1, "args": {"note": "caf\xc3\xa9"}}]}'
+)
+INVALID_UTF8_AT = INVALID_UTF8_TRACE.index(b"\xff")
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gzip"])
+@pytest.mark.parametrize("command", runners())
+def test_invalid_utf8_is_copied_through_counted_and_warned_of(tmp_path, good, gz, command):
+    _, ann = good
+    trace = tmp_path / ("u.json.gz" if gz else "u.json")
+    trace.write_bytes(gzip.compress(INVALID_UTF8_TRACE) if gz else INVALID_UTF8_TRACE)
+    out = tmp_path / "o.json"
+    proc = run_cli(trace, "-a", ann, "-o", out, "--json", command=command)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"cgfast: warning: {trace}: 3 invalid UTF-8 sequences in its strings, the first at byte "
+        f"{INVALID_UTF8_AT}, copied through as they are"
+    ], proc.stderr
+    report = json.loads(proc.stdout)
+    assert (report["invalid_utf8"], report["invalid_utf8_at"]) == (3, INVALID_UTF8_AT)
+    written = out.read_bytes()
+    # the annotated kernel keeps its name's bytes, the untouched event all of its own
+    assert b'"name": "k\xff\xfe"' in written and b'"name": "layers.0"' in written
+    untouched = INVALID_UTF8_TRACE[INVALID_UTF8_TRACE.index(b'{"ph": "X", "cat": "cpu_op"') : -2]
+    assert untouched in written
+
+
+def test_invalid_utf8_through_annotate_file_is_in_the_report_alone(tmp_path, good, capfd):
     _, ann = good
     trace = tmp_path / "u.json"
-    trace.write_bytes(
-        b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "\xff\xfe", "pid": 0, "tid": 7, "ts": 1, "dur": 1, "args": {"graph node id": 5}}]}'
-    )
-    proc = run_cli(trace, "-a", ann)
-    if proc.returncode != 0:
-        assert_clean_failure(proc, mention="u.json")
-    assert "panic" not in proc.stderr.lower() and "Traceback" not in proc.stderr
+    trace.write_bytes(INVALID_UTF8_TRACE)
+    report = cgfast.annotate_file(trace, ann, tmp_path / "o.json")
+    assert (report["invalid_utf8"], report["invalid_utf8_at"]) == (3, INVALID_UTF8_AT)
+    assert b"k\xff\xfe" in (tmp_path / "o.json").read_bytes()
+    assert capfd.readouterr().err == "", "a library says it in the report, not on stderr"
+    clean = cgfast.annotate_file(good[0], ann, tmp_path / "clean.json")
+    assert (clean["invalid_utf8"], clean["invalid_utf8_at"]) == (0, None)
 
 
 def test_deeply_nested_event_is_a_clean_outcome(tmp_path, good):

@@ -1,17 +1,22 @@
 """Ctrl-C and SIGTERM stop `cgfast` (the binary and the console script) promptly:
-exit status 130, one line on stderr, no temporary left, an existing output untouched."""
+exit status 130, one line on stderr, no temporary left, an existing output untouched.
+Each run stops by its own token alone: Ctrl-C stops the run on Python's main thread,
+`cancel=` any run, and neither touches another run."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
+import cgfast
 from helpers import clean_env, generate, write_json_annotations
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,4 +125,150 @@ def test_annotate_file_is_interruptible(tmp_path, big_trace):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 42, err
+    assert partials(tmp_path) == [] and not out.exists()
+
+
+# ----------------------------------------------------------------- runs stop independently
+
+EXAMPLE = ROOT / "examples" / "h200-compiled-transformer"
+EXAMPLE_TRACE = EXAMPLE / "000000.h200.pt.trace.json.gz"
+
+
+def example_annotations() -> Path:
+    return next(EXAMPLE.glob("kernel_annotations_*.json"))
+
+
+TWO_RUNS = """
+import json, sys, threading
+import cgfast
+
+big, ann, main_out, worker_out, example, example_ann, after_out = sys.argv[1:]
+outcome = {}
+
+def worker():
+    try:
+        outcome["worker"] = cgfast.annotate_file(big, ann, worker_out)["events"]
+    except BaseException as e:
+        outcome["worker"] = repr(e)
+
+thread = threading.Thread(target=worker)
+thread.start()
+try:
+    cgfast.annotate_file(big, ann, main_out)
+    outcome["main"] = "finished"
+except KeyboardInterrupt:
+    outcome["main"] = "KeyboardInterrupt"
+    outcome["worker_running_then"] = thread.is_alive()
+thread.join()
+outcome["after"] = cgfast.annotate_file(example, example_ann, after_out)["annotated"]
+print(json.dumps(outcome))
+"""
+
+
+def test_ctrl_c_stops_the_main_threads_run_alone(tmp_path, big_trace):
+    """Two runs on two threads of one process: Ctrl-C stops the one on the main thread
+    (KeyboardInterrupt, its temporary removed); the other finishes with the output an
+    uninterrupted run writes, and a run started afterwards is not affected."""
+    trace, ann = big_trace
+    expected = tmp_path / "expected.json"
+    cgfast.annotate_file(trace, ann, expected)
+    after_expected = tmp_path / "after_expected.json"
+    cgfast.annotate_file(EXAMPLE_TRACE, example_annotations(), after_expected)
+    main_dir, worker_dir = tmp_path / "main", tmp_path / "worker"
+    main_dir.mkdir()
+    worker_dir.mkdir()
+    main_out, worker_out, after_out = main_dir / "o.json", worker_dir / "o.json", tmp_path / "after.json"
+    argv = [trace, ann, main_out, worker_out, EXAMPLE_TRACE, example_annotations(), after_out]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", TWO_RUNS, *map(str, argv)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+        preexec_fn=interactive,
+    )
+    try:
+        # the worker's run started first: it is under way when the main thread's starts
+        assert wait_for(lambda: partials(main_dir), 60), "the run never started"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    outcome = json.loads(out)
+    assert outcome["main"] == "KeyboardInterrupt", outcome
+    assert outcome["worker_running_then"], "the other run was under way when Ctrl-C came"
+    assert isinstance(outcome["worker"], int) and outcome["worker"] > 0, outcome
+    assert outcome["after"] > 0, outcome
+    assert partials(main_dir) == [] and not main_out.exists()
+    assert worker_out.read_bytes() == expected.read_bytes(), (
+        "the other run's output is an uninterrupted run's"
+    )
+    assert after_out.read_bytes() == after_expected.read_bytes()
+
+
+def test_a_token_stops_its_own_run_alone(tmp_path):
+    """On real traces: a run given a cancelled token stops (CancelledError, nothing
+    left behind) while a run beside it on another thread writes its whole output, and
+    a run after them is not affected."""
+    annotations = example_annotations()
+    expected = tmp_path / "expected.json"
+    cgfast.annotate_file(EXAMPLE_TRACE, annotations, expected)
+    token = cgfast.CancelToken()
+    token.cancel()
+    assert token.cancelled
+    start = threading.Barrier(2)
+    outcome: dict = {}
+
+    def run(name, **options):
+        start.wait()
+        try:
+            outcome[name] = cgfast.annotate_file(
+                EXAMPLE_TRACE, annotations, tmp_path / f"{name}.json", **options
+            )
+        except BaseException as e:  # what the run raised is what the test checks
+            outcome[name] = e
+
+    threads = [
+        threading.Thread(target=run, args=("cancelled",), kwargs={"cancel": token}),
+        threading.Thread(target=run, args=("other",)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert isinstance(outcome["cancelled"], cgfast.CancelledError), outcome
+    assert not (tmp_path / "cancelled.json").exists() and partials(tmp_path) == []
+    assert (tmp_path / "other.json").read_bytes() == expected.read_bytes()
+    cgfast.annotate_file(EXAMPLE_TRACE, annotations, tmp_path / "after.json")
+    assert (tmp_path / "after.json").read_bytes() == expected.read_bytes()
+
+
+def test_a_token_stops_a_run_on_another_thread_promptly(tmp_path, big_trace):
+    """Signals reach only the main thread: a run elsewhere is stopped through its token,
+    at its next chunk, its temporary removed."""
+    trace, ann = big_trace
+    out = tmp_path / "o.json"
+    token = cgfast.CancelToken()
+    outcome: dict = {}
+
+    def run():
+        try:
+            outcome["run"] = cgfast.annotate_file(trace, ann, out, cancel=token)
+        except BaseException as e:  # what the run raised is what the test checks
+            outcome["run"] = e
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        assert wait_for(lambda: partials(tmp_path), 60), "the run never started"
+        token.cancel()
+        cancelled = time.monotonic()
+        thread.join(30)
+    finally:
+        token.cancel()
+        thread.join()
+    assert time.monotonic() - cancelled < 5, "not stopped promptly"
+    assert isinstance(outcome["run"], cgfast.CancelledError), outcome
     assert partials(tmp_path) == [] and not out.exists()

@@ -3,7 +3,9 @@
 exactly what the module exports, with the same parameters and defaults."""
 
 import os
-from typing import Any, Iterable, Literal, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
+
+from cgfast.reports import AnnotateReport, Defaults, Lanes, Recover, SummaryReport
 
 _Path = str | os.PathLike[str]
 # node id -> what the node is annotated with: dicts of args to write, or strings
@@ -12,6 +14,8 @@ _Annotations = Mapping[int, Iterable[Mapping[str, Any] | str]]
 
 __all__ = [
     "DEFAULTS",
+    "CancelToken",
+    "CancelledError",
     "TraceError",
     "__version__",
     "annotate_file",
@@ -28,31 +32,42 @@ __all__ = [
 ]
 
 __version__: str
-# the core's defaults of the annotate options, which the signatures below show
-DEFAULTS: dict[str, int | float | str]
+# the core's defaults of the options: the package's signatures take theirs from here
+DEFAULTS: Defaults
 
 class TraceError(ValueError):
     """A trace or annotation file cannot be processed."""
 
-def annotate_trace(trace: dict[str, Any], annotations: _Annotations, default_stream: int = 7) -> int: ...
-def move_overlapping_to_stream(
-    trace: dict[str, Any], default_stream: int = 7, overlap_stream: int = 8
-) -> int: ...
-def fix_overlapping_timestamps(trace: dict[str, Any], max_adjust_us: float = 1.0) -> int: ...
+class CancelledError(Exception):
+    """A run was cancelled through its CancelToken (its temporary output removed)."""
+
+class CancelToken:
+    """A request to stop the runs given this token (``cancel=``)."""
+
+    def __init__(self) -> None: ...
+    def cancel(self) -> None: ...
+    @property
+    def cancelled(self) -> bool: ...
+
+# every option given: the package's functions (cgfast.annotate_file ...) fill in DEFAULTS
+def annotate_trace(trace: dict[str, Any], annotations: _Annotations, default_stream: int) -> int: ...
+def move_overlapping_to_stream(trace: dict[str, Any], default_stream: int, overlap_stream: int) -> int: ...
+def fix_overlapping_timestamps(trace: dict[str, Any], max_adjust_us: float) -> int: ...
 def annotate_file(
     trace: _Path,
-    annotations: _Path | _Annotations | None = None,
-    output: _Path | None = None,
+    annotations: _Path | _Annotations | None,
+    output: _Path | None,
     *,
-    default_stream: int = 7,
-    overlap_stream: int = 8,
-    max_adjust_us: float = 1.0,
-    recover: Literal["auto", "always", "never"] = "auto",
-    gzip_level: int = 3,
-    topology_only: bool = False,
-    spans: str | None = "module",
-    lanes: Literal["all", "none", "reference"] = "all",
-) -> dict[str, Any]: ...
+    default_stream: int,
+    overlap_stream: int,
+    max_adjust_us: float,
+    recover: Recover,
+    gzip_level: int,
+    topology_only: bool,
+    spans: str | None,
+    lanes: Lanes,
+    cancel: CancelToken | None,
+) -> AnnotateReport: ...
 def read_annotations(
     path: _Path,
 ) -> tuple[dict[int, list[Any]], dict[int, list[dict[str, Any]]], dict[int, list[str]]]: ...
@@ -66,15 +81,16 @@ def run_cli(argv: Sequence[str]) -> int: ...
 def summary_report(
     paths: _Path | Iterable[_Path],
     *,
-    by: str = "name",
-    steps: bool = False,
-    top: int = 3,
-    jobs: int = 0,
-    chart: _Path | None = None,
-    depth: int | None = None,
-    group_layers: bool = False,
-    hierarchy: bool | None = None,
-) -> dict[str, Any]: ...
+    by: str,
+    steps: bool,
+    top: int,
+    jobs: int,
+    chart: _Path | None,
+    depth: int | None,
+    group_layers: bool,
+    hierarchy: bool | None,
+    cancel: CancelToken | None,
+) -> SummaryReport: ...
 def find_traces(paths: _Path | Iterable[_Path], *, annotated: bool = False) -> list[str]: ...
 
 # capture-time graph queries on the driver / CUPTI function addresses ctypes loaded

@@ -18,6 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, Iterable, List, Optional, Union
 
 from cgfast import _cgfast
+from cgfast._annotate import annotate_file
+from cgfast.reports import BatchResult
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -25,17 +27,17 @@ PathLike = Union[str, "os.PathLike[str]"]
 class BatchError(Exception):
     """Some traces failed; ``reports`` has every file's report, failures included."""
 
-    def __init__(self, reports: List[Dict[str, Any]]) -> None:
+    def __init__(self, reports: List[BatchResult]) -> None:
         self.reports = reports
         failed = [r for r in reports if not r["ok"]]
         lines = "\n".join(f"  {r['error']}" for r in failed)
         super().__init__(f"{len(failed)} of {len(reports)} traces failed:\n{lines}")
 
 
-def annotate_one(trace: str, options: Dict[str, Any]) -> Dict[str, Any]:
+def annotate_one(trace: str, options: Dict[str, Any]) -> BatchResult:
     """Annotate one trace, reporting a failure instead of raising it: what a task runs."""
     try:
-        report = _cgfast.annotate_file(trace, **options)
+        report = annotate_file(trace, **options)
     except Exception as e:  # a failure of one file must not take down the batch
         message = str(e)
         return {"input": trace, "ok": False, "error": message if trace in message else f"{trace}: {message}"}
@@ -48,7 +50,7 @@ def annotate_many(
     *,
     raise_on_failure: bool = False,
     **options: Any,
-) -> List[Dict[str, Any]]:
+) -> List[BatchResult]:
     """Annotate every trace ``paths`` name (files, directories searched for
     ``*.trace.json[.gz]``, glob patterns), each beside its input with the annotations
     found for its rank, or those named by ``annotations=``.
@@ -80,7 +82,7 @@ def annotate_many(
     return reports
 
 
-def _on_cluster(client: Any, traces: List[str], options: Dict[str, Any]) -> List[Dict[str, Any]]:
+def _on_cluster(client: Any, traces: List[str], options: Dict[str, Any]) -> List[BatchResult]:
     from distributed import wait
 
     # Workers may run elsewhere: name every file from the root of the shared storage.
@@ -89,10 +91,12 @@ def _on_cluster(client: Any, traces: List[str], options: Dict[str, Any]) -> List
     keys = [f"cgfast-annotate-{batch}-{i} {path}" for i, path in enumerate(absolute)]
     futures = client.map(annotate_one, absolute, options=options, key=keys)
     wait(futures)
-    reports = []
+    reports: List[BatchResult] = []
     for trace, future in zip(traces, futures):
         if future.status == "finished":
-            reports.append({**future.result(), "input": trace})
+            done: BatchResult = future.result()
+            done["input"] = trace  # as the caller named it, not the absolute path
+            reports.append(done)
         else:  # the task itself failed: its worker died, or cgfast is missing there
             reports.append(
                 {

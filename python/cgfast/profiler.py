@@ -20,9 +20,10 @@ from __future__ import annotations
 import os
 import socket
 import time
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
-Lanes = Literal["all", "none", "reference"]
+from cgfast._cgfast import DEFAULTS
+from cgfast.reports import Lanes
 
 
 def distributed_rank() -> int:
@@ -52,8 +53,8 @@ class TraceHandler:
         worker_name: Optional[str] = None,
         use_gzip: bool = True,
         *,
-        spans: Optional[str] = "module",
-        lanes: Lanes = "all",
+        spans: Optional[str] = DEFAULTS["spans"],
+        lanes: Lanes = DEFAULTS["lanes"],
     ) -> None:
         dir_name = os.fspath(dir_name)
         if not dir_name:
@@ -91,8 +92,8 @@ def trace_handler(
     worker_name: Optional[str] = None,
     use_gzip: bool = True,
     *,
-    spans: Optional[str] = "module",
-    lanes: Lanes = "all",
+    spans: Optional[str] = DEFAULTS["spans"],
+    lanes: Lanes = DEFAULTS["lanes"],
 ) -> TraceHandler:
     """An ``on_trace_ready`` callable writing trace, annotations and annotated trace
     into ``dir_name``; ``spans`` is the annotation key whose scopes get spans (None: none),

@@ -16,9 +16,13 @@ Importing this module imports neither pandas nor torch.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterable, List, Optional, Union
+from typing import Any, Iterable, List, Optional, Union
 
 from cgfast import _cgfast
+from cgfast._cgfast import CancelToken
+from cgfast.reports import ReplayRow, SummaryReport, SummaryRow
+
+DEFAULTS = _cgfast.DEFAULTS
 
 PathLike = Union[str, "os.PathLike[str]"]
 Paths = Union[PathLike, Iterable[PathLike]]
@@ -26,16 +30,17 @@ Paths = Union[PathLike, Iterable[PathLike]]
 
 def summary_report(
     paths: Paths,
-    by: str = "name",
-    steps: bool = False,
+    by: str = DEFAULTS["by"],
+    steps: bool = DEFAULTS["steps"],
     *,
-    top: int = 3,
+    top: int = DEFAULTS["top"],
     jobs: Optional[int] = None,
     chart: Optional[PathLike] = None,
     depth: Optional[int] = None,
-    group_layers: bool = False,
+    group_layers: bool = DEFAULTS["group_layers"],
     hierarchy: Optional[bool] = None,
-) -> Dict[str, Any]:
+    cancel: Optional[CancelToken] = None,
+) -> SummaryReport:
     """The whole report as a dict, as ``cgfast summary --format json`` prints it (with
     ``replay_rows`` added when ``steps``). ``paths``: annotated traces, directories
     (searched for ``*.annotated.json[.gz]``) or glob patterns; ``chart``: also write a
@@ -44,7 +49,9 @@ def summary_report(
     (``model.layers.0.mlp`` and ``model.layers.1.mlp`` as ``model.layers.*.mlp``);
     ``hierarchy``: draw the values' tree as an icicle in the chart (``None``, the default:
     when ``by`` is ``"module"`` or values are rolled up; ``False``: never, bars only).
-    Raises ``cgfast.TraceError`` naming every trace that cannot be read."""
+    Raises ``cgfast.TraceError`` naming every trace that cannot be read. Ctrl-C on the
+    main thread stops it (KeyboardInterrupt), as ``cancel`` (a ``CancelToken``) does
+    from any thread (``cgfast.CancelledError``)."""
     return _cgfast.summary_report(
         paths,
         by=by,
@@ -55,22 +62,24 @@ def summary_report(
         depth=depth,
         group_layers=group_layers,
         hierarchy=hierarchy,
+        cancel=cancel,
     )
 
 
 def summarize(
     paths: Paths,
-    by: str = "name",
-    steps: bool = False,
+    by: str = DEFAULTS["by"],
+    steps: bool = DEFAULTS["steps"],
     *,
-    top: int = 3,
+    top: int = DEFAULTS["top"],
     jobs: Optional[int] = None,
     chart: Optional[PathLike] = None,
     frame: bool = False,
     depth: Optional[int] = None,
-    group_layers: bool = False,
+    group_layers: bool = DEFAULTS["group_layers"],
     hierarchy: Optional[bool] = None,
-) -> Union[List[Dict[str, Any]], Any]:
+    cancel: Optional[CancelToken] = None,
+) -> Union[List[SummaryRow], List[ReplayRow], Any]:
     """Rows of the summary of ``paths`` grouped by ``args[by]``, largest share first.
 
     Without ``steps``, a row per value: ``value`` (None for graphed kernels without the
@@ -99,12 +108,15 @@ def summarize(
         depth=depth,
         group_layers=group_layers,
         hierarchy=hierarchy,
+        cancel=cancel,
     )
-    rows = report["replay_rows"] if steps else report["rows"]
+    rows: Union[List[SummaryRow], List[ReplayRow]] = report["replay_rows"] if steps else report["rows"]
     return pandas.DataFrame(rows) if frame else rows
 
 
-def summarize_frame(paths: Paths, by: str = "name", steps: bool = False, **options: Any) -> Any:
+def summarize_frame(
+    paths: Paths, by: str = DEFAULTS["by"], steps: bool = DEFAULTS["steps"], **options: Any
+) -> Any:
     """:func:`summarize` as a pandas DataFrame."""
     return summarize(paths, by, steps, frame=True, **options)
 

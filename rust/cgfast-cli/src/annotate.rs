@@ -1,22 +1,16 @@
 //! `cgfast annotate`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use cgfast_core::annotations::file as annotation_file;
-use cgfast_core::annotations::Annotations;
-use cgfast_core::files::paths::{default_output, find_annotations};
-use cgfast_core::passes::recover::Recover;
-use cgfast_core::pipeline::{self, Options, Report};
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+
+use cgfast_core::{
+    annotate_file, default_output, find_annotations, read_annotations, CancelToken, Lanes, Options, Recover,
+    Report,
+};
 
 use crate::progress::Progress;
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum RecoverArg {
-    /// Only for replays whose events carry no `graph node id`.
-    Auto,
-    Always,
-    Never,
-}
+use crate::Failure;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -34,34 +28,43 @@ pub struct Args {
     #[arg(short, long, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) jobs: Option<u32>,
     /// The lane of graphed events that no annotation puts elsewhere.
-    #[arg(long, default_value_t = Options::DEFAULT_STREAM, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = Options::default().default_stream, allow_negative_numbers = true)]
     default_stream: i64,
     /// The lane that overlapping kernels of the default lane move to.
-    #[arg(long, default_value_t = Options::OVERLAP_STREAM, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = Options::default().overlap_stream, allow_negative_numbers = true)]
     overlap_stream: i64,
     /// Largest overlap (µs) repaired as timestamp jitter; larger ones are only counted.
-    #[arg(long, default_value_t = Options::MAX_ADJUST_US)]
+    #[arg(long, default_value_t = Options::default().max_adjust_us)]
     max_adjust_us: f64,
-    /// Recover node ids from the recorded graph topology when the trace has none.
-    #[arg(long, value_enum, default_value = "auto")]
-    recover: RecoverArg,
+    /// Recover node ids from the recorded graph topology when the trace has none (auto:
+    /// only for replays whose events carry no `graph node id`).
+    #[arg(
+        long,
+        default_value_t = Options::default().recover,
+        value_parser = PossibleValuesParser::new(Recover::NAMES).map(|name| name.parse::<Recover>().expect("a name")),
+    )]
+    recover: Recover,
     /// Add scope spans for this dotted annotation key (a gpu_user_annotation event per
     /// run of a replay's events on a lane sharing a prefix of its value); `none`: no spans.
-    #[arg(long, default_value = cgfast_core::pipeline::DEFAULT_SPANS, value_name = "KEY")]
+    #[arg(long, default_value_t = Options::default().spans.to_string(), value_name = "KEY")]
     spans: String,
     /// Move graphed events to the lanes their annotations name (`all`, keeping the lane
     /// they ran on as args.original_stream), or leave every lane as recorded (`none`,
     /// writing a named lane as args.annotated_stream), as torch 2.15's graph_lanes;
     /// `reference`: as `all` without original_stream (with `--spans none`, the output of
     /// the torch 2.13 reference and of cgfast before spans and lanes).
-    #[arg(long, value_parser = ["all", "none", "reference"], default_value = "all")]
-    lanes: String,
+    #[arg(
+        long,
+        default_value_t = Options::default().lanes,
+        value_parser = PossibleValuesParser::new(Lanes::NAMES).map(|name| name.parse::<Lanes>().expect("a name")),
+    )]
+    lanes: Lanes,
     /// Recover node ids by the recorded topology alone: ignore `cgfast.replay` stamps
     /// and leave replays that several graphs fit unannotated, even where all agree.
     #[arg(long)]
     topology_only: bool,
     /// gzip level of a .gz output (0-9).
-    #[arg(long, default_value_t = Options::GZIP_LEVEL, value_parser = clap::value_parser!(u32).range(0..=9))]
+    #[arg(long, default_value_t = Options::default().gzip_level, value_parser = clap::value_parser!(u32).range(0..=9))]
     gzip_level: u32,
     /// Print the summary as one JSON object.
     #[arg(long)]
@@ -75,32 +78,20 @@ pub struct Args {
 }
 
 impl Args {
-    pub(crate) fn options(&self) -> Options {
-        Options {
-            default_stream: self.default_stream,
-            overlap_stream: self.overlap_stream,
-            max_adjust_us: self.max_adjust_us,
-            recover: match self.recover {
-                RecoverArg::Auto => Recover::Auto,
-                RecoverArg::Always => Recover::Always,
-                RecoverArg::Never => Recover::Never,
-            },
-            gzip_level: self.gzip_level,
-            spans: (self.spans != "none").then(|| self.spans.clone()),
-            topology_only: self.topology_only,
-            lanes: cgfast_core::pipeline::Lanes::parse(&self.lanes).expect("clap checks the value"),
-        }
-    }
-
-    /// Whether the flags make sense together, beyond what clap checks.
-    pub(crate) fn check(&self) -> Result<(), String> {
-        if !self.max_adjust_us.is_finite() || self.max_adjust_us < 0.0 {
-            return Err(format!("--max-adjust-us must be a non-negative number, not {}", self.max_adjust_us));
-        }
-        if self.spans.is_empty() {
-            return Err("--spans needs an annotation key, or none".into());
-        }
-        Ok(())
+    /// The options the flags give, checked by the core, with the switches the
+    /// environment sets.
+    pub(crate) fn options(&self) -> Result<Options, Failure> {
+        let mut options = Options::default();
+        options.default_stream = self.default_stream;
+        options.overlap_stream = self.overlap_stream;
+        options.max_adjust_us = self.max_adjust_us;
+        options.recover = self.recover;
+        options.spans = self.spans.parse()?;
+        options.lanes = self.lanes;
+        options.topology_only = self.topology_only;
+        options.gzip_level = self.gzip_level;
+        options.check()?;
+        Ok(options.with_environment())
     }
 
     /// The one trace to annotate as before, unless several (or a directory or a
@@ -119,35 +110,43 @@ impl Args {
 }
 
 /// Annotate the one `trace` (see [`Args::single_trace`]).
-pub fn run(args: &Args, trace: PathBuf) -> Result<(), String> {
+pub fn run(args: &Args, trace: PathBuf, cancel: &CancelToken) -> Result<(), Failure> {
+    let options = args.options()?;
     let started = std::time::Instant::now();
-    let (annotations_path, annotations) = load(&trace, args.annotations.as_deref())?;
+    let annotations = match &args.annotations {
+        Some(path) => read_annotations(path)?,
+        None => read_annotations(&find_annotations(&trace, ANNOTATIONS_FLAG)?)?,
+    };
     let output = args.output.clone().unwrap_or_else(|| default_output(&trace));
-    let options = args.options();
     let input_len = std::fs::metadata(&trace).map(|m| m.len()).unwrap_or(0);
     let mut progress = Progress::new(input_len, !args.no_progress);
-    let result =
-        pipeline::annotate_file(&trace, &annotations, &output, &options, &mut |phase, done, total| {
-            progress.update(phase, done, total)
-        });
+    let result = annotate_file(&trace, &annotations, &output, &options, cancel, &mut |phase, done, total| {
+        progress.update(phase, done, total)
+    });
     progress.clear();
-    let mut report = result.map_err(|f| f.message)?;
+    let mut report = result?;
     report.seconds = started.elapsed().as_secs_f64();
     if args.json {
-        println!("{}", report.to_json(Some(&annotations_path), args.verbose));
+        println!("{}", report.to_json(args.verbose));
     } else {
-        print_summary(&report, &annotations_path, args.verbose);
+        print_summary(&report, args.verbose);
     }
+    warn_of_invalid_utf8(&report);
     Ok(())
 }
 
-fn load(trace: &Path, explicit: Option<&Path>) -> Result<(PathBuf, Annotations), String> {
-    let path = match explicit {
-        Some(p) => p.to_path_buf(),
-        None => find_annotations(trace, ANNOTATIONS_FLAG)?,
-    };
-    let annotations = annotation_file::read(&path)?;
-    Ok((path, annotations))
+/// One line on stderr for a trace whose strings hold invalid UTF-8 (copied through).
+pub(crate) fn warn_of_invalid_utf8(report: &Report) {
+    if report.invalid_utf8 > 0 {
+        let first = report.invalid_utf8_at.map(|at| format!(", the first at byte {at}")).unwrap_or_default();
+        eprintln!(
+            "cgfast: warning: {}: {} invalid UTF-8 sequence{} in its strings{first}, copied through as {}",
+            report.input.display(),
+            thousands(report.invalid_utf8),
+            if report.invalid_utf8 == 1 { "" } else { "s" },
+            if report.invalid_utf8 == 1 { "it is" } else { "they are" },
+        );
+    }
 }
 
 /// How to name annotations that are not found.
@@ -165,10 +164,11 @@ pub(crate) fn thousands(n: u64) -> String {
     out
 }
 
-fn print_summary(r: &Report, annotations: &Path, verbose: bool) {
+fn print_summary(r: &Report, verbose: bool) {
     let line = |label: &str, value: String| println!("  {label:<18} {value}");
     println!("cgfast annotate {}", r.input.display());
-    line("annotations", format!("{} nodes from {}", thousands(r.annotations_loaded), annotations.display()));
+    let from = r.annotations.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
+    line("annotations", format!("{} nodes from {from}", thousands(r.annotations_loaded)));
     line("events", thousands(r.events));
     let rec = &r.recovery;
     if rec.replays > 0 {

@@ -1,69 +1,15 @@
 //! `cgfast annotate` of several traces: every trace the inputs name, on all cores,
 //! each written beside its input; a failure is reported and the others go on.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
 
-use cgfast_core::annotations::file as annotation_file;
-use cgfast_core::annotations::Annotations;
-use cgfast_core::files::inputs::{self, Wanted};
-use cgfast_core::files::many::{self as parallel, FilesProgress};
-use cgfast_core::files::paths::{default_output, find_annotations};
-use cgfast_core::pipeline::{self, Phase, Report};
+use cgfast_core::{
+    annotate_files, find_traces, read_annotations, AnnotationsOf, CancelToken, Report, Wanted,
+};
 
-use crate::annotate::{thousands, Args, ANNOTATIONS_FLAG};
+use crate::annotate::{thousands, warn_of_invalid_utf8, Args, ANNOTATIONS_FLAG};
 use crate::files_progress::Files;
-
-type Loaded = Result<Arc<Annotations>, String>;
-
-/// Annotation files, each read once however many traces share it (the traces of
-/// one rank over many steps do).
-#[derive(Default)]
-struct AnnotationFiles {
-    loaded: Mutex<HashMap<PathBuf, Arc<OnceLock<Loaded>>>>,
-}
-
-impl AnnotationFiles {
-    fn get(&self, path: &Path) -> Loaded {
-        let slot =
-            self.loaded.lock().expect("annotation cache").entry(path.to_path_buf()).or_default().clone();
-        slot.get_or_init(|| annotation_file::read(path).map(Arc::new)).clone()
-    }
-}
-
-struct Annotated {
-    annotations: PathBuf,
-    report: Report,
-}
-
-fn annotate_one(
-    args: &Args,
-    trace: &Path,
-    files: &AnnotationFiles,
-    progress: &dyn Fn(f64),
-) -> Result<Annotated, String> {
-    let annotations = match &args.annotations {
-        Some(p) => p.clone(),
-        None => find_annotations(trace, ANNOTATIONS_FLAG)?,
-    };
-    let loaded = files.get(&annotations).map_err(|e| format!("{}: {e}", trace.display()))?;
-    let report = pipeline::annotate_file(
-        trace,
-        &loaded,
-        &default_output(trace),
-        &args.options(),
-        &mut |phase, done, total| {
-            let part = done as f64 / total.max(1) as f64;
-            progress(match phase {
-                Phase::Reading => part / 2.0,
-                Phase::Writing => 0.5 + part / 2.0,
-            })
-        },
-    )
-    .map_err(|f| f.message)?;
-    Ok(Annotated { annotations, report })
-}
+use crate::Failure;
 
 /// A failure as one line that names the trace (once).
 fn failure_line(trace: &Path, message: &str) -> String {
@@ -75,58 +21,53 @@ fn failure_line(trace: &Path, message: &str) -> String {
     }
 }
 
-pub fn run(args: &Args) -> Result<(), String> {
+pub fn run(args: &Args, cancel: &CancelToken) -> Result<(), Failure> {
     if args.output.is_some() {
-        return Err(
+        return Err(Failure::Said(
             "-o/--output names the output of one trace; with several, each is written beside its input"
                 .into(),
-        );
+        ));
     }
+    let options = args.options()?;
     let started = std::time::Instant::now();
-    let traces = inputs::find(&args.traces, Wanted::Traces)?;
-    let files = AnnotationFiles::default();
-    if let Some(shared) = &args.annotations {
-        files.get(shared)?;
-    }
+    let traces = find_traces(&args.traces, Wanted::Traces)?;
+    let shared = args.annotations.as_deref().map(read_annotations).transpose()?;
+    let annotations = match &shared {
+        Some(annotations) => AnnotationsOf::All(annotations),
+        None => AnnotationsOf::Found { hint: ANNOTATIONS_FLAG },
+    };
     let progress = Files::new("annotating", &traces, !args.no_progress, 0);
-    let jobs = parallel::threads(args.jobs.unwrap_or(0) as usize).min(traces.len().max(1));
-    let results = parallel::map(
-        &traces,
-        jobs,
-        |i, trace| annotate_one(args, trace, &files, &|fraction| progress.advance(i, fraction)),
-        &mut |i, result: &Result<Result<Annotated, String>, String>| {
-            let result = match result {
-                Ok(Ok(a)) => Ok(a),
-                Ok(Err(e)) | Err(e) => Err(e.as_str()),
-            };
-            progress.finished(i, result.is_ok());
+    let jobs = match args.jobs {
+        Some(jobs) => jobs as usize,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    }
+    .min(traces.len().max(1));
+    let results =
+        annotate_files(&traces, annotations, &options, jobs, cancel, &progress, &mut |i, result| {
             if args.verbose && !args.json {
                 progress.clear();
                 match result {
-                    Ok(a) => println!(
+                    Ok(report) => println!(
                         "  ok      {}  ({} annotated, {:.2} s)",
                         traces[i].display(),
-                        thousands(a.report.annotated),
-                        a.report.seconds
+                        thousands(report.annotated),
+                        report.seconds
                     ),
-                    Err(e) => println!("  failed  {}", failure_line(&traces[i], e)),
+                    Err(e) => println!("  failed  {}", failure_line(&traces[i], &e.to_string())),
                 }
             }
-            progress.show();
-        },
-        &mut || progress.show(),
-    );
+        });
     progress.clear();
-    if cgfast_core::cancel::requested() {
-        return Err("interrupted".into());
+    if cancel.is_cancelled() {
+        return Err(Failure::Core(cgfast_core::Error::Cancelled));
     }
     let seconds = started.elapsed().as_secs_f64();
     let mut done = Vec::new();
     let mut failed = Vec::new();
     for (trace, result) in traces.iter().zip(results) {
         match result {
-            Ok(Ok(a)) => done.push(a),
-            Ok(Err(e)) | Err(e) => failed.push((trace.clone(), failure_line(trace, &e))),
+            Ok(report) => done.push(report),
+            Err(e) => failed.push((trace.clone(), failure_line(trace, &e.to_string()))),
         }
     }
     let totals = Totals::of(&done, progress.total_bytes(), seconds, jobs);
@@ -135,13 +76,16 @@ pub fn run(args: &Args) -> Result<(), String> {
     } else {
         print_totals(&totals, done.len(), failed.len(), traces.len());
     }
+    for report in &done {
+        warn_of_invalid_utf8(report);
+    }
     for (_, line) in &failed {
         eprintln!("cgfast: failed: {line}");
     }
     if failed.is_empty() {
         Ok(())
     } else {
-        Err(format!("{} of {} traces failed", failed.len(), traces.len()))
+        Err(Failure::Said(format!("{} of {} traces failed", failed.len(), traces.len())))
     }
 }
 
@@ -159,8 +103,8 @@ struct Totals {
 }
 
 impl Totals {
-    fn of(done: &[Annotated], input_bytes: u64, seconds: f64, jobs: usize) -> Totals {
-        let sum = |f: fn(&Report) -> u64| done.iter().map(|a| f(&a.report)).sum();
+    fn of(done: &[Report], input_bytes: u64, seconds: f64, jobs: usize) -> Totals {
+        let sum = |f: fn(&Report) -> u64| done.iter().map(f).sum();
         Totals {
             events: sum(|r| r.events),
             annotated: sum(|r| r.annotated),
@@ -168,7 +112,7 @@ impl Totals {
             moved: sum(|r| r.moved),
             fixed: sum(|r| r.fixed),
             large_overlaps: sum(|r| r.large_overlaps()),
-            largest_overlap_us: done.iter().map(|a| a.report.largest_overlap_us).fold(0.0, f64::max),
+            largest_overlap_us: done.iter().map(|r| r.largest_overlap_us).fold(0.0, f64::max),
             input_bytes,
             seconds,
             jobs,
@@ -208,13 +152,13 @@ fn print_totals(t: &Totals, done: usize, failed: usize, all: usize) {
     );
 }
 
-fn to_json(done: &[Annotated], failed: &[(PathBuf, String)], t: &Totals, all: usize) -> serde_json::Value {
+fn to_json(done: &[Report], failed: &[(PathBuf, String)], t: &Totals, all: usize) -> serde_json::Value {
     let (files_per_s, mb_per_s) = t.rates(all);
     serde_json::json!({
         "traces": all,
         "annotated_traces": done.len(),
         "failed": failed.iter().map(|(p, e)| serde_json::json!({"input": p.display().to_string(), "error": e})).collect::<Vec<_>>(),
-        "reports": done.iter().map(|a| a.report.to_json(Some(&a.annotations), false)).collect::<Vec<_>>(),
+        "reports": done.iter().map(|r| r.to_json(false)).collect::<Vec<_>>(),
         "events": t.events,
         "annotated": t.annotated,
         "noise_removed": t.noise_removed,

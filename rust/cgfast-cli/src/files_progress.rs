@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use cgfast_core::files::many::FilesProgress;
+use cgfast_core::FilesProgress;
 
 pub struct Files {
     label: &'static str,

@@ -1,5 +1,6 @@
 //! The `cgfast` command line, as a library so that the Python console script runs
-//! this same code in-process.
+//! this same code in-process. Each command parses its flags into the core's options,
+//! runs the core, and prints what it did.
 
 mod annotate;
 mod annotate_many;
@@ -9,7 +10,9 @@ mod summary;
 mod summary_table;
 
 use std::ffi::OsString;
+use std::fmt;
 
+use cgfast_core::{CancelToken, Error};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -38,8 +41,36 @@ const SUBCOMMANDS: &[&str] = &["annotate", "summary", "help"];
 /// The exit status of a run stopped by SIGINT or SIGTERM (128 + SIGINT, as shells do).
 pub const INTERRUPTED: i32 = 130;
 
-/// Run the command line; returns the process exit status.
-pub fn run<I, T>(argv: I) -> i32
+/// Why a command failed: the core's error, or a line of the command line's own. Either
+/// exits with status 1, but a cancelled run with [`INTERRUPTED`].
+#[derive(Debug)]
+pub(crate) enum Failure {
+    Core(Error),
+    Said(String),
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Failure {
+        Failure::Core(e)
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            // an option is named by its flag
+            Failure::Core(Error::BadOption { option, problem }) => {
+                write!(f, "--{} {problem}", option.replace('_', "-"))
+            }
+            Failure::Core(e) => e.fmt(f),
+            Failure::Said(line) => f.write_str(line),
+        }
+    }
+}
+
+/// Run the command line; returns the process exit status. `cancel` stops the run (a
+/// signal handler, or the Python bindings on Ctrl-C, cancels it).
+pub fn run<I, T>(argv: I, cancel: &CancelToken) -> i32
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
@@ -59,20 +90,20 @@ where
         }
     };
     let result = std::panic::catch_unwind(|| match cli.command {
-        Command::Annotate(a) => a.check().and_then(|()| match a.single_trace() {
-            Some(trace) => annotate::run(&a, trace),
-            None => annotate_many::run(&a),
-        }),
-        Command::Summary(a) => summary::run(a),
+        Command::Annotate(a) => match a.single_trace() {
+            Some(trace) => annotate::run(&a, trace, cancel),
+            None => annotate_many::run(&a, cancel),
+        },
+        Command::Summary(a) => summary::run(a, cancel),
     });
     match result {
         Ok(Ok(())) => 0,
-        Ok(Err(_)) if cgfast_core::cancel::requested() => {
+        Ok(Err(_)) if cancel.is_cancelled() => {
             eprintln!("cgfast: interrupted");
             INTERRUPTED
         }
-        Ok(Err(message)) => {
-            eprintln!("cgfast: error: {message}");
+        Ok(Err(failure)) => {
+            eprintln!("cgfast: error: {failure}");
             1
         }
         Err(_) => {
@@ -96,20 +127,21 @@ pub fn quiet_panics() {
     }));
 }
 
-/// Make SIGINT and SIGTERM stop a run cleanly (its temporary output removed, exit
-/// status 130); a second signal ends the process at once.
+/// Make SIGINT and SIGTERM cancel `cancel` (the run cleans up and exits 130); a second
+/// signal ends the process at once.
 #[cfg(unix)]
-pub fn stop_on_signals() -> std::io::Result<()> {
+pub fn stop_on_signals(cancel: &CancelToken) -> std::io::Result<()> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     for signal in [SIGINT, SIGTERM] {
+        let cancel = cancel.clone();
         // SAFETY: the handler only loads and stores an atomic and calls _exit, all
         // async-signal-safe.
         unsafe {
-            signal_hook::low_level::register(signal, || {
-                if cgfast_core::cancel::requested() {
+            signal_hook::low_level::register(signal, move || {
+                if cancel.is_cancelled() {
                     signal_hook::low_level::exit(INTERRUPTED);
                 }
-                cgfast_core::cancel::request();
+                cancel.cancel();
             })?;
         }
     }
@@ -117,6 +149,6 @@ pub fn stop_on_signals() -> std::io::Result<()> {
 }
 
 #[cfg(not(unix))]
-pub fn stop_on_signals() -> std::io::Result<()> {
+pub fn stop_on_signals(_cancel: &CancelToken) -> std::io::Result<()> {
     Ok(())
 }

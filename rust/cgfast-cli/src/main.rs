@@ -1,10 +1,11 @@
 fn main() {
     return_freed_buffers();
     cgfast_cli::quiet_panics();
-    if let Err(e) = cgfast_cli::stop_on_signals() {
+    let cancel = cgfast_core::CancelToken::new();
+    if let Err(e) = cgfast_cli::stop_on_signals(&cancel) {
         eprintln!("cgfast: warning: Ctrl-C will not clean up: {e}");
     }
-    std::process::exit(cgfast_cli::run(std::env::args_os()));
+    std::process::exit(cgfast_cli::run(std::env::args_os(), &cancel));
 }
 
 /// glibc raises its mmap threshold whenever a large block is freed; later buffers then

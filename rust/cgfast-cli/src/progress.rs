@@ -3,7 +3,7 @@
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
-use cgfast_core::pipeline::Phase;
+use cgfast_core::Phase;
 
 pub struct Progress {
     enabled: bool,

@@ -2,12 +2,12 @@
 
 use std::path::PathBuf;
 
-use cgfast_core::files::inputs::{self, Wanted};
-use cgfast_core::summary::hierarchy::Hierarchy;
-use cgfast_core::summary::{chart, summarize_files, SummaryOptions};
+use cgfast_core::{
+    find_traces, summarize_files, write_chart, CancelToken, Hierarchy, SummaryOptions, Wanted,
+};
 
 use crate::files_progress::Files;
-use crate::summary_table;
+use crate::{summary_table, Failure};
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Format {
@@ -26,7 +26,7 @@ pub struct Args {
     #[arg(required = true, value_name = "TRACE")]
     traces: Vec<PathBuf>,
     /// The args key kernels are grouped by (name, module, or any key the annotations wrote).
-    #[arg(long, value_name = "KEY", default_value = "name")]
+    #[arg(long, value_name = "KEY", default_value_t = SummaryOptions::default().by)]
     by: String,
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
@@ -34,7 +34,7 @@ pub struct Args {
     #[arg(long)]
     steps: bool,
     /// Kernel names listed for each value.
-    #[arg(long, value_name = "N", default_value_t = 3)]
+    #[arg(long, value_name = "N", default_value_t = SummaryOptions::default().top)]
     top: usize,
     /// Also write a chart: a .svg, or a .html page with the chart and the table.
     #[arg(long, value_name = "FILE")]
@@ -65,18 +65,19 @@ pub struct Args {
 /// Inputs this large show a progress bar (on a terminal).
 const LARGE: u64 = 64 << 20;
 
-pub fn run(args: Args) -> Result<(), String> {
+pub fn run(args: Args, cancel: &CancelToken) -> Result<(), Failure> {
+    let said = |line: String| Err(Failure::Said(line));
     if args.by.is_empty() {
-        return Err("--by needs a key of args (name, module, ...)".into());
+        return said("--by needs a key of args (name, module, ...)".into());
     }
     if let Some(chart) = &args.chart {
         let ext = chart.extension().map(|e| e.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
         if !matches!(ext.as_str(), "svg" | "html" | "htm") {
-            return Err(format!("{}: the chart must be a .svg or .html file", chart.display()));
+            return said(format!("{}: the chart must be a .svg or .html file", chart.display()));
         }
     }
     if args.hierarchy && args.chart.is_none() {
-        return Err("--hierarchy draws the hierarchy in a chart: give --chart out.html (or .svg)".into());
+        return said("--hierarchy draws the hierarchy in a chart: give --chart out.html (or .svg)".into());
     }
     let tree = if args.hierarchy {
         Some(true)
@@ -86,21 +87,23 @@ pub fn run(args: Args) -> Result<(), String> {
         None
     };
     let hierarchy = Hierarchy::new(&args.by, args.depth.map(|d| d as usize), args.group_layers, tree);
-    let traces = inputs::find(&args.traces, Wanted::Annotated)?;
+    let traces = find_traces(&args.traces, Wanted::Annotated)?;
     let options = SummaryOptions { by: args.by.clone(), steps: args.steps, top: args.top, hierarchy };
     let progress = Files::new("reading", &traces, !args.no_progress, LARGE);
-    let (summary, failures) = summarize_files(&traces, &options, args.jobs.unwrap_or(0) as usize, &progress);
+    let (summary, mut failures) =
+        summarize_files(&traces, &options, args.jobs.unwrap_or(0) as usize, &progress, cancel);
     progress.clear();
-    if let [only] = failures.as_slice() {
-        if traces.len() == 1 {
-            return Err(only.clone());
-        }
+    if traces.len() == 1 && failures.len() == 1 {
+        return Err(failures.remove(0).into());
+    }
+    if cancel.is_cancelled() {
+        return Err(cgfast_core::Error::Cancelled.into());
     }
     for failure in &failures {
         eprintln!("cgfast: failed: {failure}");
     }
     if summary.traces.is_empty() {
-        return Err(format!("none of the {} traces could be read", failures.len()));
+        return said(format!("none of the {} traces could be read", failures.len()));
     }
     if summary.totals().kernels == 0 {
         eprintln!("cgfast: note: no graphed kernels (work with a graph node id other than 0); summary reads the outputs of cgfast annotate");
@@ -112,11 +115,11 @@ pub fn run(args: Args) -> Result<(), String> {
         Format::Json => summary_table::print_json(&summary, args.top),
     }
     if let Some(path) = &args.chart {
-        chart::write(path, &summary, &rows)?;
+        write_chart(path, &summary, &rows)?;
     }
     if failures.is_empty() {
         Ok(())
     } else {
-        Err(format!("{} of {} traces could not be read", failures.len(), traces.len()))
+        said(format!("{} of {} traces could not be read", failures.len(), traces.len()))
     }
 }

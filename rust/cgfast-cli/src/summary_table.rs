@@ -2,8 +2,7 @@
 
 use std::io::Write;
 
-use cgfast_core::summary::time::Spread;
-use cgfast_core::summary::{Row, Summary};
+use cgfast_core::{Row, Spread, Summary};
 use serde_json::Value as Json;
 
 use crate::annotate::thousands;

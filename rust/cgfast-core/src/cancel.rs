@@ -1,31 +1,55 @@
-//! A process-wide request to stop a run (Ctrl-C, SIGTERM), set from a signal handler
-//! or another thread and polled between chunks of input and output, so that a run
-//! fails like any other: its temporary output removed, no existing file touched.
+//! [`CancelToken`]: a run's own request to stop.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
-static REQUESTED: AtomicBool = AtomicBool::new(false);
+/// A request to stop the runs given this token (a clone shares it): set from another
+/// thread or a signal handler, polled by a run between chunks of input and output, so
+/// that a cancelled run fails like any other, with [`Error::Cancelled`](crate::Error),
+/// its temporary output removed and no existing file touched. A token, once cancelled,
+/// stays so: each run takes a fresh one, and no run can cancel or un-cancel another's.
+#[derive(Clone, Debug, Default)]
+pub struct CancelToken(Arc<AtomicBool>);
 
-/// Ask every run in this process to stop (async-signal-safe: one atomic store).
-pub fn request() {
-    REQUESTED.store(true, Ordering::SeqCst);
+impl CancelToken {
+    /// A token not cancelled.
+    pub fn new() -> CancelToken {
+        CancelToken::default()
+    }
+
+    /// Ask the runs holding this token to stop (async-signal-safe: one atomic store).
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether [`CancelToken::cancel`] was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    /// An error once cancelled, for the loops that read and write a run's files.
+    pub(crate) fn check(&self) -> io::Result<()> {
+        if self.is_cancelled() {
+            Err(io::Error::new(io::ErrorKind::Interrupted, "interrupted"))
+        } else {
+            Ok(())
+        }
+    }
 }
 
-pub fn requested() -> bool {
-    REQUESTED.load(Ordering::SeqCst)
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Forget an earlier request, before a new run in the same process.
-pub fn clear() {
-    REQUESTED.store(false, Ordering::SeqCst);
-}
-
-/// An error once a stop was requested.
-pub fn check() -> io::Result<()> {
-    if requested() {
-        Err(io::Error::new(io::ErrorKind::Interrupted, "interrupted"))
-    } else {
-        Ok(())
+    #[test]
+    fn clones_share_a_request_and_other_tokens_do_not() {
+        let run = CancelToken::new();
+        let other = CancelToken::new();
+        let clone = run.clone();
+        assert!(!run.is_cancelled() && run.check().is_ok());
+        clone.cancel();
+        assert!(run.is_cancelled() && run.check().is_err());
+        assert!(!other.is_cancelled());
     }
 }

@@ -1,50 +1,62 @@
-//! cgfast's core: everything the CLI and the Python bindings share, free of Python.
+//! cgfast's core: the trace processor that the `cgfast` command line and the Python
+//! bindings share, free of Python.
 //!
-//! A run of [`pipeline::annotate_file`] takes a trace through three stages, one folder each:
+//! [`annotate_file`] annotates a CUDA-graph profiler trace (Chrome/Kineto JSON, plain
+//! or gzipped) with the [`Annotations`] the capture layer recorded, as [`Options`] say,
+//! into an output that appears only when complete, and returns a [`Report`] of what it
+//! did; [`annotate_files`] does so for many traces at once. Each run takes its own
+//! [`CancelToken`], through which another thread (or a signal handler) stops it, and
+//! fails with an [`Error`] whose message is one line naming the file at fault.
+//! Annotation files are read and written by [`read_annotations`] and
+//! [`write_annotations`]; [`find_annotations`], [`default_output`] and [`find_traces`]
+//! name the files a run touches.
 //!
-//! 1. [`read`]: one streaming pass over the trace (plain or gzipped) checks its JSON and
-//!    builds a [`TraceIndex`] of the events a pass may change ([`index`]).
-//! 2. [`passes`]: decisions on the index, with the node annotations of [`annotations`]
-//!    (read by [`annotations::file`]): which lane each graphed event goes to, which events
-//!    are replicated noise, which overlapping kernels move aside, which timestamps are jitter
-//!    ([`passes::lanes`]), node ids for traces whose profiler wrote none ([`passes::recover`])
-//!    and the scope spans that group a replay's kernels by module ([`passes::spans`]).
-//! 3. [`write`]: a second streaming pass copies every untouched byte and splices in the
-//!    changed events ([`write::rewrite`]) into an output committed atomically.
+//! [`summarize_files`] says where the GPU time of graph replays goes, per value of an
+//! annotation key, as a [`Summary`] (with [`write_chart`] to draw it).
 //!
-//! [`summary`] reads a trace once more for where the GPU time of replays goes; [`files`]
-//! says which files a command line names; [`json`] is the scanner all readers share.
-//! [`cancel`] stops a run between chunks.
+//! [`reference`](mod@reference) runs the reference's three passes on a trace whose events the caller
+//! holds (the Python bindings' dict API).
+//!
+//! Inside, a run takes a trace through three stages: one streaming pass reads and
+//! checks the JSON and builds a compact index of the events a pass may change (`read`,
+//! `index`); the passes decide on the index (`passes`); a second streaming pass copies
+//! every untouched byte and splices in the changed events (`write`); `pipeline` holds
+//! them together.
 
-pub mod annotations;
-pub mod cancel;
-pub mod files;
-pub mod index;
-pub(crate) mod json;
-pub mod passes;
-pub mod pipeline;
-pub(crate) mod read;
-pub mod summary;
-pub(crate) mod write;
+#![warn(missing_docs)]
 
-pub use annotations::Annotations;
-pub use index::{NodeId, TraceIndex};
-pub use json::value as json_value;
-pub use pipeline::{annotate_file, Options, Report};
+mod annotations;
+mod cancel;
+mod error;
+mod files;
+mod index;
+mod json;
+mod options;
+mod passes;
+mod pipeline;
+mod read;
+pub mod reference;
+mod report;
+mod summary;
+mod sys;
+mod write;
 
-/// The scanner's entry points, for `examples/scan_floor.rs` (how fast validating a trace
-/// is against indexing it); not an API.
-#[doc(hidden)]
-pub mod scan_floor {
-    pub use crate::json::Cursor;
-    pub use crate::read::scan::{scan, WriteKeys};
-}
-
-/// How many threads to use: `CGFAST_THREADS`, else one per core.
-pub fn threads() -> usize {
-    std::env::var("CGFAST_THREADS")
-        .ok()
-        .and_then(|t| t.parse::<usize>().ok())
-        .filter(|&t| t > 0)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-}
+pub use annotations::file::{read as read_annotations, write as write_annotations};
+pub use annotations::value::Value;
+pub use annotations::{Annotations, GraphNode, Item, NodeKind};
+pub use cancel::CancelToken;
+pub use error::Error;
+pub use files::inputs::{find as find_traces, Wanted};
+pub use files::many::{annotate_files, AnnotationsOf, FilesProgress, Silent};
+pub use files::paths::{default_output, find_annotations};
+pub use index::NodeId;
+pub use options::{Lanes, Options, Recover, Spans, WriteMode};
+pub use pipeline::{annotate_file, Phase};
+pub use report::{Overlap, Recovery, Report};
+pub use summary::chart::write as write_chart;
+pub use summary::hierarchy::Hierarchy;
+pub use summary::time::Spread;
+pub use summary::{
+    summarize_file, summarize_files, NameTotals, Replay, ReplayValue, Row, Summary, SummaryOptions, Totals,
+    TraceTotals, ValueTotals,
+};

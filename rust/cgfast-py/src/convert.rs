@@ -1,74 +1,11 @@
-//! Python objects <-> the core's values, keys and annotations.
+//! Python objects <-> the core's values and annotations.
 
 use std::collections::BTreeMap;
 
-use cgfast_core::annotations::value::Value;
-use cgfast_core::annotations::{Annotations, GraphNode, Item, NodeKind};
-use cgfast_core::index::keys::{Key, Keys, Num};
+use cgfast_core::{Annotations, GraphNode, Item, NodeId, NodeKind, Value};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMapping, PyString, PyTuple};
-
-/// A hashable trace scalar under Python's equality.
-pub fn key_of(obj: Option<&Bound<'_, PyAny>>, keys: &mut Keys) -> Key {
-    let Some(obj) = obj else { return Key::None };
-    if obj.is_none() {
-        return Key::None;
-    }
-    match num_of(obj) {
-        Some(n) => keys.num(n),
-        None => match obj.cast::<PyString>() {
-            Ok(s) => keys.string(&s.to_string_lossy()),
-            Err(_) => keys.unique(),
-        },
-    }
-}
-
-/// A Python number as the core sees it (`bool` counts as an int).
-pub fn num_of(obj: &Bound<'_, PyAny>) -> Option<Num> {
-    if obj.is_instance_of::<PyBool>() {
-        return obj.extract::<bool>().ok().map(|b| Num::Int(b as i64));
-    }
-    if obj.is_instance_of::<PyInt>() {
-        return obj.extract::<i64>().ok().map(Num::Int);
-    }
-    if obj.is_instance_of::<PyFloat>() {
-        return obj.extract::<f64>().ok().map(Num::Float);
-    }
-    None
-}
-
-pub fn num_to_py<'py>(py: Python<'py>, n: Num) -> PyResult<Bound<'py, PyAny>> {
-    Ok(match n {
-        Num::Int(i) => i.into_pyobject(py)?.into_any(),
-        Num::Float(f) => f.into_pyobject(py)?.into_any(),
-    })
-}
-
-pub fn key_to_py<'py>(py: Python<'py>, key: Key, keys: &Keys) -> PyResult<Bound<'py, PyAny>> {
-    Ok(match key {
-        Key::None => py.None().into_bound(py),
-        Key::Int(i) => i.into_pyobject(py)?.into_any(),
-        Key::Float(bits) => f64::from_bits(bits).into_pyobject(py)?.into_any(),
-        Key::Str(_) => PyString::new(py, &keys.py_str(key)).into_any(),
-        Key::Unique(_) => f64::NAN.into_pyobject(py)?.into_any(),
-    })
-}
-
-/// A key as Python wrote it: `7`, `7.0` or `True`.
-pub fn spelled_key_to_py<'py>(
-    py: Python<'py>,
-    key: Key,
-    spelling: cgfast_core::index::keys::Spelling,
-    keys: &Keys,
-) -> PyResult<Bound<'py, PyAny>> {
-    use cgfast_core::index::keys::Spelling;
-    Ok(match (key, spelling) {
-        (Key::Int(i), Spelling::Float) => (i as f64).into_pyobject(py)?.into_any(),
-        (Key::Int(i), Spelling::Bool) => PyBool::new(py, i != 0).to_owned().into_any(),
-        _ => key_to_py(py, key, keys)?,
-    })
-}
 
 /// A Python object as an annotation value; other objects become their `str()`.
 pub fn value_of(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
@@ -132,9 +69,9 @@ pub fn value_to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny
     })
 }
 
-fn node_id(key: &Bound<'_, PyAny>) -> PyResult<cgfast_core::index::NodeId> {
+fn node_id(key: &Bound<'_, PyAny>) -> PyResult<NodeId> {
     if key.is_instance_of::<PyInt>() && !key.is_instance_of::<PyBool>() {
-        return key.extract::<cgfast_core::index::NodeId>();
+        return key.extract::<NodeId>();
     }
     Err(PyTypeError::new_err(format!("annotation key {} is not a node id (an int)", key.repr()?)))
 }

@@ -1,18 +1,14 @@
-//! The three passes on a trace held as Python dicts: index the dicts, decide in the
-//! core, write the decisions back exactly as the reference would.
+//! The three passes on a trace held as Python dicts: the dicts' fields handed to the
+//! core's `reference` passes, the decisions written back exactly as the reference would.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
 
-use cgfast_core::index::keys::Spelling;
-use cgfast_core::index::{Cat, Field, Node, NodeId, Observed, Ph, TraceIndex, NONE};
-use cgfast_core::passes::{self, AsksLane, FlowLink, OddEvents, Refusal, Refused};
-use cgfast_core::pipeline::Options;
+use cgfast_core::reference::{self, Args, Event, Refusal, Refused, Scalar, Trace};
+use cgfast_core::NodeId;
 use pyo3::exceptions::{PyAttributeError, PyKeyError, PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyString};
-use std::collections::HashSet;
-
-use crate::convert::{key_of, key_to_py, num_of, num_to_py, spelled_key_to_py};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString};
 
 fn events_of<'py>(trace: &Bound<'py, PyDict>) -> PyResult<Bound<'py, PyList>> {
     let events = trace.get_item("traceEvents")?.ok_or_else(|| PyKeyError::new_err("traceEvents"))?;
@@ -26,120 +22,89 @@ fn str_field(d: &Bound<'_, PyDict>, name: &str) -> PyResult<Option<String>> {
     })
 }
 
-fn num_field(value: Option<&Bound<'_, PyAny>>) -> Field<cgfast_core::index::keys::Num> {
-    match value {
-        None => Field::Missing,
-        Some(v) => num_of(v).map_or(Field::Odd, Field::Value),
-    }
+/// A Python value as the passes compare it.
+fn scalar(value: &Bound<'_, PyAny>) -> PyResult<Scalar<'static>> {
+    Ok(if value.is_none() {
+        Scalar::None
+    } else if value.is_instance_of::<PyBool>() {
+        Scalar::Bool(value.extract()?)
+    } else if value.is_instance_of::<PyInt>() {
+        match value.extract::<i64>() {
+            Ok(i) => Scalar::Int(i),
+            Err(_) => Scalar::BigInt(Cow::Owned(value.str()?.to_string())),
+        }
+    } else if value.is_instance_of::<PyFloat>() {
+        Scalar::Float(value.extract()?)
+    } else if let Ok(s) = value.cast::<PyString>() {
+        Scalar::Str(Cow::Owned(s.to_string_lossy().into_owned()))
+    } else {
+        Scalar::Other
+    })
+}
+
+/// A value the passes decided on, as Python's.
+fn scalar_to_py<'py>(py: Python<'py>, value: &Scalar<'_>) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match value {
+        Scalar::None | Scalar::Other => py.None().into_bound(py),
+        Scalar::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
+        Scalar::Int(i) => i.into_pyobject(py)?.into_any(),
+        Scalar::BigInt(digits) => py.get_type::<PyInt>().call1((digits.as_ref(),))?,
+        Scalar::Float(f) => f.into_pyobject(py)?.into_any(),
+        Scalar::Str(s) => PyString::new(py, s).into_any(),
+    })
 }
 
 /// An int the core can not hold (beyond 64 bits).
 fn is_big_int(value: Option<&Bound<'_, PyAny>>) -> bool {
-    value.is_some_and(|v| v.is_instance_of::<pyo3::types::PyInt>() && num_of(v).is_none())
+    value.is_some_and(|v| {
+        v.is_instance_of::<PyInt>() && !v.is_instance_of::<PyBool>() && v.extract::<i64>().is_err()
+    })
 }
 
-fn spelling_of(v: Option<&Bound<'_, PyAny>>) -> Spelling {
-    match v {
-        Some(v) if v.is_instance_of::<pyo3::types::PyBool>() => Spelling::Bool,
-        Some(v) if v.is_instance_of::<pyo3::types::PyFloat>() => Spelling::Float,
-        _ => Spelling::Plain,
-    }
-}
-
-fn node_of(v: Option<Bound<'_, PyAny>>) -> Node {
-    let Some(v) = v else { return Node::Missing };
-    if v.is_none() {
-        return Node::Null;
-    }
-    match num_of(&v) {
-        Some(n) => Node::of_num(n),
-        // An int beyond 64 bits (or a float that is one).
-        None => match v.extract::<NodeId>() {
-            Ok(i) if !v.is_instance_of::<pyo3::types::PyFloat>() => Node::Id(i),
-            _ => Node::Other,
-        },
-    }
-}
-
-/// The index of a trace of dicts, and which events have a `ts` or `dur` beyond 64 bits.
-struct DictIndex {
-    index: TraceIndex,
-    big_ints: HashSet<u32>,
-}
-
-/// Index the events of `traceEvents` (the caller has checked that they are dicts).
-fn index_of(events: &Bound<'_, PyList>) -> PyResult<DictIndex> {
-    let mut index = TraceIndex::default();
-    let mut big_ints = HashSet::new();
-    for (ordinal, ev) in events.iter().enumerate() {
+/// The events of `traceEvents` (the caller has checked that they are dicts) as the
+/// passes read them.
+fn trace_of(events: &Bound<'_, PyList>) -> PyResult<Trace> {
+    let mut trace = Trace::new();
+    for ev in events.iter() {
         let Ok(d) = ev.cast::<PyDict>() else {
-            index.event_count += 1;
+            trace.push(None);
             continue;
         };
+        let fields = ["pid", "tid", "ts", "dur"].map(|name| d.get_item(name));
+        let [pid, tid, ts, dur] = fields;
+        let (pid, tid, ts, dur) = (pid?, tid?, ts?, dur?);
+        let (ph, cat, name) = (str_field(d, "ph")?, str_field(d, "cat")?, str_field(d, "name")?);
         let args = d.get_item("args")?;
-        let args_dict = args.as_ref().and_then(|a| a.cast::<PyDict>().ok());
-        let name = str_field(d, "name")?;
-        let cat = str_field(d, "cat")?.map_or(Cat::Other, |c| Cat::from_name(&c));
-        let ph = str_field(d, "ph")?.map_or(Ph::Other, |p| Ph::from_name(&p));
-        let pid = match d.get_item("pid")? {
-            Some(p) => Some(key_of(Some(&p), &mut index.keys)),
-            None => None,
-        };
-        let tid_value = d.get_item("tid")?;
-        let tid = key_of(tid_value.as_ref(), &mut index.keys);
-        let pid_value = d.get_item("pid")?;
-        let (node, args_stream, args_name_is_stream) = match args_dict {
-            Some(a) => {
-                let stream = a.get_item("stream")?.map(|s| key_of(Some(&s), &mut index.keys));
-                let stream_name = match a.get_item("name")? {
+        let (node, stream, name_is_stream) = match args.as_ref().map(|a| a.cast::<PyDict>()) {
+            Some(Ok(a)) => {
+                let name_is_stream = match a.get_item("name")? {
                     Some(n) => n.str()?.to_string_lossy().starts_with("stream "),
                     None => false,
                 };
-                (node_of(a.get_item("graph node id")?), stream, stream_name)
+                (a.get_item("graph node id")?, a.get_item("stream")?, Some(name_is_stream))
             }
-            None => (Node::Missing, None, false),
+            _ => (None, None, None),
         };
-        let (ts, dur) = (d.get_item("ts")?, d.get_item("dur")?);
-        if is_big_int(ts.as_ref()) || is_big_int(dur.as_ref()) {
-            big_ints.insert(ordinal as u32);
-        }
-        let observed = Observed {
-            ph,
-            cat,
+        let optional = |v: &Option<Bound<'_, PyAny>>| v.as_ref().map(|v| scalar(v)).transpose();
+        let event = Event {
+            ph: ph.as_deref(),
+            cat: cat.as_deref(),
             name: name.as_deref(),
-            pid,
-            tid,
-            pid_spelling: spelling_of(pid_value.as_ref()),
-            tid_spelling: spelling_of(tid_value.as_ref()),
-            ts: num_field(ts.as_ref()),
-            dur: num_field(dur.as_ref()),
-            args: match (&args, args_dict) {
-                (None, _) => Field::Missing,
-                (Some(_), Some(_)) => Field::Value(()),
-                (Some(_), None) => Field::Odd,
+            pid: optional(&pid)?,
+            tid: tid.as_ref().map(|t| scalar(t)).transpose()?.unwrap_or(Scalar::None),
+            ts: optional(&ts)?,
+            dur: optional(&dur)?,
+            args: match (&args, name_is_stream) {
+                (None, _) => Args::Missing,
+                (Some(_), None) => Args::NotADict,
+                (Some(_), Some(name_is_stream)) => {
+                    Args::Dict { node: optional(&node)?, stream: optional(&stream)?, name_is_stream }
+                }
             },
-            node,
-            args_stream,
-            args_name_is_stream,
-            scope_span: false,
-            moved_earlier: false,
-            replay_marker: cgfast_core::index::ReplayMarker::None,
-            correlation: None,
-            grid_block: None,
         };
-        let kept = index.observe(ordinal as u32, &observed);
-        if observed.ts.value().is_none() {
-            // the reference's flow index takes any `event.get("ts")` as it is
-            let key = match &ts {
-                // equal ints beyond 64 bits are one key: their digits, marked apart from
-                // strings by a control character no trace writes
-                Some(big) if is_big_int(Some(big)) => index.keys.string(&format!("\u{1}int {}", big.str()?)),
-                _ => key_of(ts.as_ref(), &mut index.keys),
-            };
-            index.set_odd_ts_key(kept, key);
-        }
+        trace.push(Some(&event));
     }
-    Ok(DictIndex { index, big_ints })
+    Ok(trace)
 }
 
 /// The reference calls `event.get(...)` and `event.get("args", {}).get(...)`: an event
@@ -227,15 +192,15 @@ fn is_flow_finish(event: &Bound<'_, PyDict>) -> PyResult<bool> {
 }
 
 /// The error the reference's Python raises where a lane pass refused the trace.
-fn refusal_error(events: &Bound<'_, PyList>, dict_index: &DictIndex, refused: Refused) -> PyResult<PyErr> {
-    let ordinal = dict_index.index.events[refused.event].ordinal;
+fn refusal_error(events: &Bound<'_, PyList>, refused: Refused) -> PyResult<PyErr> {
+    let ordinal = refused.ordinal;
     let event = events.get_item(ordinal as usize)?;
     let field = if refused.why == Refusal::DurNotANumber { "dur" } else { "ts" };
     if refused.why == Refusal::NoTs {
         return Ok(PyKeyError::new_err(format!("traceEvents[{ordinal}] has no \"ts\"")));
     }
     let value = event.get_item(field)?;
-    if dict_index.big_ints.contains(&ordinal) && is_big_int(Some(&value)) {
+    if is_big_int(Some(&value)) {
         return Ok(PyOverflowError::new_err(format!(
             "traceEvents[{ordinal}][\"{field}\"] = {} is beyond 64 bits",
             value.repr()?
@@ -253,21 +218,15 @@ struct PyResolved<'py> {
     stream: Option<i64>,
 }
 
-impl AsksLane for PyResolved<'_> {
-    fn lane(&self) -> Option<i64> {
-        self.stream
-    }
-}
-
+/// The annotations of the nodes the events carry, resolved as the reference does.
 fn resolve<'py>(
     py: Python<'py>,
-    index: &TraceIndex,
+    trace: &Trace,
     annotations: &Bound<'py, PyAny>,
 ) -> PyResult<HashMap<NodeId, PyResolved<'py>>> {
     let mut out = HashMap::new();
     let annotation_key = PyString::new(py, "annotation").into_any();
-    for e in &index.events {
-        let Node::Id(node) = e.node() else { continue };
+    for node in trace.nodes() {
         if out.contains_key(&node) || !annotations.contains(node)? {
             continue;
         }
@@ -280,7 +239,7 @@ fn resolve<'py>(
                         resolved.writes.push((k, v.str()?.into_any()));
                     }
                     if let Some(s) = d.get_item("stream")? {
-                        resolved.stream = Some(py.get_type::<pyo3::types::PyInt>().call1((s,))?.extract()?);
+                        resolved.stream = Some(py.get_type::<PyInt>().call1((s,))?.extract()?);
                     }
                 }
                 Err(_) => resolved.writes.push((annotation_key.clone(), item.str()?.into_any())),
@@ -312,10 +271,6 @@ fn args_of<'py>(event: &Bound<'py, PyDict>) -> PyResult<Option<Bound<'py, PyDict
 /// Python would (KeyError without `traceEvents`, AttributeError for events or `args`
 /// that are not dicts), changing nothing then.
 #[pyfunction]
-#[pyo3(
-    signature = (trace, annotations, default_stream = Options::DEFAULT_STREAM),
-    text_signature = "(trace, annotations, default_stream=7)"
-)]
 pub fn annotate_trace(
     py: Python<'_>,
     trace: &Bound<'_, PyDict>,
@@ -325,34 +280,32 @@ pub fn annotate_trace(
     let events = events_of(trace)?;
     check_dicts(&events, |_| Ok(true))?;
     check_keys(&events, |d| Ok((true, is_flow_finish(d)? || has_node(d)?)))?;
-    let mut index = index_of(&events)?.index;
-    let resolved = resolve(py, &index, annotations)?;
-    let outcome = passes::annotate(&mut index, &resolved, default_stream, FlowLink::AtTidTs);
+    let mut dicts = trace_of(&events)?;
+    let resolved = resolve(py, &dicts, annotations)?;
+    let outcome = dicts.annotate(|node| resolved.get(&node).map(|r| r.stream), default_stream);
     let event_at = |ordinal: u32| -> PyResult<Bound<'_, PyDict>> {
         Ok(events.get_item(ordinal as usize)?.cast_into::<PyDict>()?)
     };
 
-    for e in &index.events {
-        let Some(stream) = e.new_stream(&index.keys) else { continue };
-        let event = event_at(e.ordinal)?;
+    for relaned in dicts.relaned() {
+        let event = event_at(relaned.ordinal)?;
         if let Some(args) = args_of(&event)? {
-            if let Some(r) = e.annotation().and_then(|n| resolved.get(&n)) {
+            if let Some(r) = relaned.annotation.and_then(|n| resolved.get(&n)) {
                 for (k, v) in &r.writes {
                     args.set_item(k, v)?;
                 }
             }
-            args.set_item("stream", stream)?;
+            args.set_item("stream", relaned.stream)?;
         }
-        event.set_item("tid", stream)?;
+        event.set_item("tid", relaned.stream)?;
     }
-    for f in index.flows.iter().filter(|f| f.new_tid != NONE) {
-        event_at(f.ordinal)?.set_item("tid", key_to_py(py, index.keys.key(f.new_tid), &index.keys)?)?;
+    for (ordinal, tid) in dicts.flows_moved() {
+        event_at(ordinal)?.set_item("tid", scalar_to_py(py, &tid)?)?;
     }
 
-    let mut removed: HashSet<u32> = index.events.iter().filter(|e| e.removed()).map(|e| e.ordinal).collect();
-    removed.extend(index.flows.iter().filter(|f| f.removed()).map(|f| f.ordinal));
-    let gpu_pid = match outcome.gpu_pid_event {
-        Some(i) => event_at(index.events[i].ordinal)?.get_item("pid")?,
+    let removed: HashSet<u32> = dicts.removed().collect();
+    let gpu_pid = match outcome.gpu_pid_from {
+        Some(ordinal) => event_at(ordinal)?.get_item("pid")?,
         None => None,
     };
     let gpu_pid = match gpu_pid {
@@ -365,8 +318,8 @@ pub fn annotate_trace(
             kept.append(ev)?;
         }
     }
-    for &(tid, spelling) in &outcome.named_lanes {
-        let tid = spelled_key_to_py(py, index.keys.key(tid), spelling, &index.keys)?;
+    for lane in &outcome.named_lanes {
+        let tid = scalar_to_py(py, lane)?;
         let meta = PyDict::new(py);
         meta.set_item("ph", "M")?;
         meta.set_item("pid", &gpu_pid)?;
@@ -393,10 +346,6 @@ pub fn annotate_trace(
 /// (KeyError, TypeError, AttributeError; OverflowError beyond 64-bit integers) and
 /// changes nothing.
 #[pyfunction]
-#[pyo3(
-    signature = (trace, default_stream = Options::DEFAULT_STREAM, overlap_stream = Options::OVERLAP_STREAM),
-    text_signature = "(trace, default_stream=7, overlap_stream=8)"
-)]
 pub fn move_overlapping_to_stream(
     trace: &Bound<'_, PyDict>,
     default_stream: i64,
@@ -407,19 +356,13 @@ pub fn move_overlapping_to_stream(
         Ok(str_field(d, "cat")?.as_deref() == Some("kernel")
             && d.get_item("tid")?.is_some_and(|t| t.eq(default_stream).unwrap_or(false)))
     })?;
-    let mut dict_index = index_of(&events)?;
-    let moved = match passes::move_overlapping_or_refuse(
-        &mut dict_index.index,
-        default_stream,
-        overlap_stream,
-        OddEvents::Refuse,
-    ) {
+    let mut dicts = trace_of(&events)?;
+    let moved = match dicts.move_overlapping_to_stream(default_stream, overlap_stream) {
         Ok(moved) => moved,
-        Err(refused) => return Err(refusal_error(&events, &dict_index, refused)?),
+        Err(refused) => return Err(refusal_error(&events, refused)?),
     };
-    let index = dict_index.index;
-    for e in index.events.iter().filter(|e| e.new_stream(&index.keys).is_some()) {
-        let event = events.get_item(e.ordinal as usize)?.cast_into::<PyDict>()?;
+    for relaned in dicts.relaned() {
+        let event = events.get_item(relaned.ordinal as usize)?.cast_into::<PyDict>()?;
         event.set_item("tid", overlap_stream)?;
         if let Some(args) = args_of(&event)? {
             args.set_item("stream", overlap_stream)?;
@@ -437,10 +380,6 @@ pub fn move_overlapping_to_stream(
 /// is not a number) it raises the same exception type (KeyError, TypeError;
 /// OverflowError beyond 64-bit integers) and changes nothing.
 #[pyfunction]
-#[pyo3(
-    signature = (trace, max_adjust_us = Options::MAX_ADJUST_US),
-    text_signature = "(trace, max_adjust_us=1.0)"
-)]
 pub fn fix_overlapping_timestamps(
     py: Python<'_>,
     trace: &Bound<'_, PyDict>,
@@ -448,25 +387,20 @@ pub fn fix_overlapping_timestamps(
 ) -> PyResult<u64> {
     let events = events_of(trace)?;
     let is_work = |d: &Bound<'_, PyDict>| -> PyResult<bool> {
-        Ok(str_field(d, "cat")?.is_some_and(|c| Cat::from_name(&c).is_work()))
+        Ok(str_field(d, "cat")?.is_some_and(|c| reference::is_work(&c)))
     };
     check_dicts(&events, is_work)?;
     check_keys(&events, |d| Ok((is_work(d)? && graphed(d)?, false)))?;
-    let mut dict_index = index_of(&events)?;
-    let fixed =
-        match passes::fix_timestamps_or_refuse(&mut dict_index.index, max_adjust_us, OddEvents::Refuse) {
-            Ok(fixed) => fixed,
-            Err(refused) => return Err(refusal_error(&events, &dict_index, refused)?),
-        };
-    let index = dict_index.index;
-    for e in &index.events {
-        if let Some(ts) = e.new_ts() {
-            events.get_item(e.ordinal as usize)?.set_item("ts", num_to_py(py, ts)?)?;
-        }
+    let mut dicts = trace_of(&events)?;
+    let fixed = match dicts.fix_overlapping_timestamps(max_adjust_us) {
+        Ok(fixed) => fixed,
+        Err(refused) => return Err(refusal_error(&events, refused)?),
+    };
+    for (ordinal, ts) in dicts.retimed() {
+        events.get_item(ordinal as usize)?.set_item("ts", scalar_to_py(py, &ts)?)?;
     }
     for large in &fixed.large {
-        let e = &index.events[large.event];
-        let event = events.get_item(e.ordinal as usize)?;
+        let event = events.get_item(large.ordinal as usize)?;
         let name = match event.cast::<PyDict>()?.get_item("name")? {
             Some(n) => n.get_item(pyo3::types::PySlice::new(py, 0, 60, 1))?.str()?.to_string(),
             None => "?".into(),
@@ -476,7 +410,7 @@ pub fn fix_overlapping_timestamps(
             format!(
                 "WARNING: large overlap {:.3}us on stream {} for {}, skipping adjustment",
                 large.overlap_us,
-                key_to_py(py, index.keys.key(large.tid), &index.keys)?.str()?,
+                scalar_to_py(py, &large.lane)?.str()?,
                 name
             ),
         )?;

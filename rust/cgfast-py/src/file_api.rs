@@ -1,21 +1,21 @@
-//! The file pipeline, annotation files and the command line, from Python.
+//! The file pipeline, annotation files and the command line, from Python; and how a
+//! run is stopped: its own token, cancelled by Ctrl-C on the main thread or by the
+//! caller from anywhere.
 
 use std::path::PathBuf;
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use cgfast_core::annotations::file as annotation_file;
-use cgfast_core::annotations::Annotations;
-use cgfast_core::cancel;
-use cgfast_core::files::paths::{default_output, find_annotations};
-use cgfast_core::passes::recover::Recover;
-use cgfast_core::pipeline::{self, Options};
+use cgfast_core::{
+    annotate_file as annotate, default_output, find_annotations, read_annotations as read, Annotations,
+    CancelToken, Error, NodeId, Options, Spans,
+};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
 use crate::convert::{annotations_of, graphs_to_py, json_to_py, value_to_py};
-use crate::TraceError;
+use crate::{CancelledError, TraceError};
 
 pub(crate) fn path_of(obj: &Bound<'_, PyAny>) -> PyResult<Option<PathBuf>> {
     if obj.is_none() {
@@ -28,40 +28,59 @@ pub(crate) fn path_of(obj: &Bound<'_, PyAny>) -> PyResult<Option<PathBuf>> {
     }
 }
 
-fn recover_mode(name: &str) -> PyResult<Recover> {
-    match name {
-        "auto" => Ok(Recover::Auto),
-        "always" => Ok(Recover::Always),
-        "never" => Ok(Recover::Never),
-        other => {
-            Err(PyValueError::new_err(format!("recover must be 'auto', 'always' or 'never', not {other:?}")))
-        }
+/// The core's error as the exception Python raises: `ValueError` for a bad option,
+/// `cgfast.CancelledError` for a cancelled run, `cgfast.TraceError` for the rest.
+pub(crate) fn py_error(e: Error) -> PyErr {
+    match e {
+        Error::BadOption { .. } => PyValueError::new_err(e.to_string()),
+        Error::Cancelled => CancelledError::new_err("the run was cancelled through its CancelToken"),
+        e => TraceError::new_err(e.to_string()),
     }
 }
 
-/// Annotate the trace file `trace` (`.json` or `.json.gz`) into `output` (default:
-/// `<trace>.annotated.json[.gz]`), as `cgfast annotate` does: annotate, move
-/// overlapping kernels to `overlap_stream`, fix timestamp jitter up to `max_adjust_us`,
-/// recover missing graph node ids (`recover`: "auto", "always" or "never";
-/// `topology_only` ignores `cgfast.replay` stamps and equivalent replays, as before
-/// they existed; `spans`: the dotted annotation key whose scopes get
-/// `gpu_user_annotation` spans on the GPU lanes, None or "none" for none; `lanes`:
-/// "all" moves graphed events to their annotated lanes and keeps the lane each ran on
-/// as `args["original_stream"]`, "none" moves none and writes a named lane as
-/// `args["annotated_stream"]`, "reference" moves as "all" without `original_stream`).
-///
-/// `annotations`: a path to an annotation file (JSON, optionally gzipped, or a
-/// PyTorch pickle), a dict of node id -> list, or None to find
-/// `kernel_annotations_rank<R>_*.json` as the CLI does. The output is written to a
-/// temporary file and renamed into place, so a failed run leaves nothing behind; gzip
-/// when its name ends in `.gz` (`gzip_level` 0..9). Returns the `--json` report as a
-/// dict. Raises `TraceError` for a trace or annotation file that cannot be processed,
-/// ValueError for bad options, and KeyboardInterrupt (after cleaning up) on Ctrl-C.
+/// A request to stop the runs given this token (`cancel=`): call `cancel()` from any
+/// thread and each such run stops at its next chunk of input or output, removes its
+/// temporary output and raises `cgfast.CancelledError`. Ctrl-C stops the run on the
+/// main thread by itself (with `KeyboardInterrupt`); a run on another thread, which
+/// Python's signals never reach, is stopped through its token. A token stays cancelled.
+#[pyclass(name = "CancelToken", module = "cgfast", frozen)]
+#[derive(Default)]
+pub struct PyCancelToken(CancelToken);
+
+#[pymethods]
+impl PyCancelToken {
+    #[new]
+    fn new() -> PyCancelToken {
+        PyCancelToken::default()
+    }
+
+    /// Ask the runs given this token to stop.
+    fn cancel(&self) {
+        self.0.cancel();
+    }
+
+    /// Whether `cancel()` was called.
+    #[getter]
+    fn cancelled(&self) -> bool {
+        self.0.is_cancelled()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("CancelToken(cancelled={})", if self.0.is_cancelled() { "True" } else { "False" })
+    }
+}
+
+/// The token a run takes: the caller's, or one of its own.
+pub(crate) fn token_of(cancel: Option<&Bound<'_, PyCancelToken>>) -> CancelToken {
+    cancel.map_or_else(CancelToken::new, |token| token.get().0.clone())
+}
+
+/// Annotate the trace file `trace` into `output`, as `cgfast.annotate_file` does (the
+/// options documented there, every one given: `cgfast.annotate_file` fills in the
+/// core's defaults); the run stops when `cancel` (or Ctrl-C on the main thread) asks.
+/// Returns the `--json` report as a dict.
 #[pyfunction]
-#[pyo3(signature = (trace, annotations = None, output = None, *, default_stream = Options::DEFAULT_STREAM, overlap_stream = Options::OVERLAP_STREAM, max_adjust_us = Options::MAX_ADJUST_US, recover = "auto", gzip_level = Options::GZIP_LEVEL, topology_only = false, spans = Some(pipeline::DEFAULT_SPANS.to_string()), lanes = "all"))]
-#[pyo3(
-    text_signature = "(trace, annotations=None, output=None, *, default_stream=7, overlap_stream=8, max_adjust_us=1.0, recover='auto', gzip_level=3, topology_only=False, spans='module', lanes='all')"
-)]
+#[pyo3(signature = (trace, annotations, output, *, default_stream, overlap_stream, max_adjust_us, recover, gzip_level, topology_only, spans, lanes, cancel))]
 #[allow(clippy::too_many_arguments)]
 pub fn annotate_file<'py>(
     py: Python<'py>,
@@ -74,33 +93,37 @@ pub fn annotate_file<'py>(
     recover: &str,
     gzip_level: u32,
     topology_only: bool,
-    spans: Option<String>,
+    spans: Option<&str>,
     lanes: &str,
+    cancel: Option<&Bound<'py, PyCancelToken>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let started = Instant::now();
     let trace = path_of(trace)?.ok_or_else(|| PyValueError::new_err("trace must be a path"))?;
-    if !(max_adjust_us.is_finite() && max_adjust_us >= 0.0) || gzip_level > 9 {
-        return Err(PyValueError::new_err("max_adjust_us must be >= 0 and gzip_level 0..9"));
-    }
-    if spans.as_deref() == Some("") {
-        return Err(PyValueError::new_err("spans must be an annotation key, or None for no spans"));
-    }
-    let lanes = pipeline::Lanes::parse(lanes).ok_or_else(|| {
-        PyValueError::new_err(format!("lanes must be 'all', 'none' or 'reference', not {lanes:?}"))
-    })?;
-    let (annotations_path, annotations): (Option<PathBuf>, Annotations) = match annotations {
+    let mut options = Options::default();
+    options.default_stream = default_stream;
+    options.overlap_stream = overlap_stream;
+    options.max_adjust_us = max_adjust_us;
+    options.recover = recover.parse().map_err(py_error)?;
+    options.gzip_level = gzip_level;
+    options.topology_only = topology_only;
+    options.spans = match spans {
+        None => Spans::Off,
+        Some(key) => key.parse().map_err(py_error)?,
+    };
+    options.lanes = lanes.parse().map_err(py_error)?;
+    options.check().map_err(py_error)?;
+    let options = options.with_environment();
+    let annotations: Annotations = match annotations {
         Some(a) if !a.is_none() && a.cast::<PyString>().is_err() && a.hasattr("items")? => {
-            (None, annotations_of(a, None)?)
+            annotations_of(a, None)?
         }
         Some(a) if !a.is_none() => {
             let path = path_of(a)?.expect("not None");
-            let loaded = py.detach(|| annotation_file::read(&path)).map_err(TraceError::new_err)?;
-            (Some(path), loaded)
+            py.detach(|| read(&path)).map_err(py_error)?
         }
         _ => {
-            let path = find_annotations(&trace, "pass annotations=").map_err(TraceError::new_err)?;
-            let loaded = py.detach(|| annotation_file::read(&path)).map_err(TraceError::new_err)?;
-            (Some(path), loaded)
+            let path = find_annotations(&trace, "pass annotations=").map_err(py_error)?;
+            py.detach(|| read(&path)).map_err(py_error)?
         }
     };
     let output = match output {
@@ -108,41 +131,32 @@ pub fn annotate_file<'py>(
         None => None,
     }
     .unwrap_or_else(|| default_output(&trace));
-    let options = Options {
-        default_stream,
-        overlap_stream,
-        max_adjust_us,
-        recover: recover_mode(recover)?,
-        gzip_level,
-        topology_only,
-        spans: spans.filter(|key| key != "none"),
-        lanes,
-    };
-    let (result, raised) = interruptible(py, || {
-        pipeline::annotate_file(&trace, &annotations, &output, &options, &mut |_, _, _| {})
+    let cancel = token_of(cancel);
+    let (result, raised) = interruptible(py, &cancel, || {
+        annotate(&trace, &annotations, &output, &options, &cancel, &mut |_, _, _| {})
     })?;
     if let Some(e) = raised {
         return Err(e);
     }
-    let mut report = result.map_err(|f| TraceError::new_err(f.message))?;
+    let mut report = result.map_err(py_error)?;
     report.seconds = started.elapsed().as_secs_f64();
-    json_to_py(py, &report.to_json(annotations_path.as_deref(), true))
+    json_to_py(py, &report.to_json(true))
 }
 
 /// `(annotations, graphs, stacks)` of an annotation file (cgfast JSON, optionally
 /// gzipped, or a PyTorch pickle, read without executing code): node id -> list of
 /// dicts/strings, exec graph id -> its recorded nodes, and node id -> its launch
-/// frames (`file:line:function`, innermost first; empty without a stacks section). Raises `TraceError` for a file that is
-/// neither.
+/// frames (`file:line:function`, innermost first; empty without a stacks section).
+/// Raises `TraceError` for a file that is neither.
 #[pyfunction]
 pub fn read_annotations<'py>(
     py: Python<'py>,
     path: &Bound<'py, PyAny>,
 ) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>, Bound<'py, PyDict>)> {
     let path = path_of(path)?.ok_or_else(|| PyValueError::new_err("path must not be None"))?;
-    let loaded = py.detach(|| annotation_file::read(&path)).map_err(TraceError::new_err)?;
+    let loaded = py.detach(|| read(&path)).map_err(py_error)?;
     let nodes = PyDict::new(py);
-    let mut ids: Vec<&cgfast_core::index::NodeId> = loaded.nodes.keys().collect();
+    let mut ids: Vec<&NodeId> = loaded.nodes.keys().collect();
     ids.sort_unstable();
     for id in ids {
         let items: Vec<Bound<'py, PyAny>> =
@@ -167,12 +181,12 @@ pub fn write_annotations(
     path: &Bound<'_, PyAny>,
     annotations: &Bound<'_, PyAny>,
     graphs: Option<&Bound<'_, PyAny>>,
-    stacks: Option<std::collections::HashMap<cgfast_core::index::NodeId, Vec<String>>>,
+    stacks: Option<std::collections::HashMap<NodeId, Vec<String>>>,
 ) -> PyResult<()> {
     let path = path_of(path)?.ok_or_else(|| PyValueError::new_err("path must not be None"))?;
     let mut annotations = annotations_of(annotations, graphs)?;
     annotations.stacks = stacks.unwrap_or_default().into_iter().collect();
-    py.detach(|| annotation_file::write(&path, &annotations)).map_err(TraceError::new_err)
+    py.detach(|| cgfast_core::write_annotations(&path, &annotations)).map_err(py_error)
 }
 
 /// Run the `cgfast` command line in this process; returns its exit status (130 when
@@ -182,16 +196,21 @@ pub fn run_cli(py: Python<'_>, argv: Vec<String>) -> PyResult<i32> {
     py.import("sys")?.getattr("stdout")?.call_method0("flush")?;
     cgfast_cli::quiet_panics();
     // a signal stops the command line, which says so and exits 130; or it had finished
-    let (status, _signalled) = interruptible(py, || cgfast_cli::run(argv))?;
+    let cancel = CancelToken::new();
+    let (status, _signalled) = interruptible(py, &cancel, || cgfast_cli::run(argv, &cancel))?;
     Ok(status)
 }
 
 /// Run `work` on a thread of its own while this one waits in short steps, without
-/// the GIL, letting Python run its signal handlers in between. When one raises (Ctrl-C:
-/// KeyboardInterrupt) the work is asked to stop, and the exception is given once it
-/// has stopped (its temporary files removed), beside the work's result.
-fn interruptible<T: Send>(py: Python<'_>, work: impl FnOnce() -> T + Send) -> PyResult<(T, Option<PyErr>)> {
-    cancel::clear();
+/// the GIL, letting Python run its signal handlers in between (on the main thread: on
+/// others, Python runs none). When one raises (Ctrl-C: KeyboardInterrupt) the work's
+/// own token, `cancel`, is cancelled, and the exception is given once the work has
+/// stopped (its temporary files removed), beside the work's result.
+pub(crate) fn interruptible<T: Send>(
+    py: Python<'_>,
+    cancel: &CancelToken,
+    work: impl FnOnce() -> T + Send,
+) -> PyResult<(T, Option<PyErr>)> {
     let finished = &(Mutex::new(false), Condvar::new());
     std::thread::scope(|scope| {
         let worker = scope.spawn(move || {
@@ -213,7 +232,7 @@ fn interruptible<T: Send>(py: Python<'_>, work: impl FnOnce() -> T + Send) -> Py
         while !py.detach(wait) && !worker.is_finished() {
             if raised.is_none() {
                 if let Err(e) = py.check_signals() {
-                    cancel::request();
+                    cancel.cancel();
                     raised = Some(e);
                 }
             }

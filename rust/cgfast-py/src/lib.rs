@@ -6,6 +6,7 @@ mod file_api;
 mod graph_walk;
 mod summary_api;
 
+use cgfast_core::{Options, SummaryOptions};
 use pyo3::prelude::*;
 
 pyo3::create_exception!(
@@ -15,10 +16,19 @@ pyo3::create_exception!(
     "A trace or annotation file cannot be processed."
 );
 
+pyo3::create_exception!(
+    cgfast,
+    CancelledError,
+    pyo3::exceptions::PyException,
+    "A run was cancelled through its CancelToken (its temporary output removed)."
+);
+
 #[pymodule]
 fn _cgfast(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("TraceError", m.py().get_type::<TraceError>())?;
+    m.add("CancelledError", m.py().get_type::<CancelledError>())?;
+    m.add_class::<file_api::PyCancelToken>()?;
     m.add_function(wrap_pyfunction!(dict_passes::annotate_trace, m)?)?;
     m.add_function(wrap_pyfunction!(dict_passes::move_overlapping_to_stream, m)?)?;
     m.add_function(wrap_pyfunction!(dict_passes::fix_overlapping_timestamps, m)?)?;
@@ -34,15 +44,23 @@ fn _cgfast(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
-/// The core's defaults of the annotate options: the signatures show them as literals,
-/// and `tests/test_defaults.py` checks that they are these.
+/// The core's defaults of the options of `annotate_file`, the dict passes and
+/// `summary_report`: the package's signatures take theirs from here.
 fn defaults(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::PyDict>> {
-    use cgfast_core::pipeline::{Options, DEFAULT_SPANS};
+    let annotate = Options::default();
+    let summary = SummaryOptions::default();
     let defaults = pyo3::types::PyDict::new(py);
-    defaults.set_item("default_stream", Options::DEFAULT_STREAM)?;
-    defaults.set_item("overlap_stream", Options::OVERLAP_STREAM)?;
-    defaults.set_item("max_adjust_us", Options::MAX_ADJUST_US)?;
-    defaults.set_item("gzip_level", Options::GZIP_LEVEL)?;
-    defaults.set_item("spans", DEFAULT_SPANS)?;
+    defaults.set_item("default_stream", annotate.default_stream)?;
+    defaults.set_item("overlap_stream", annotate.overlap_stream)?;
+    defaults.set_item("max_adjust_us", annotate.max_adjust_us)?;
+    defaults.set_item("recover", annotate.recover.name())?;
+    defaults.set_item("gzip_level", annotate.gzip_level)?;
+    defaults.set_item("topology_only", annotate.topology_only)?;
+    defaults.set_item("spans", annotate.spans.key())?;
+    defaults.set_item("lanes", annotate.lanes.name())?;
+    defaults.set_item("by", summary.by)?;
+    defaults.set_item("steps", summary.steps)?;
+    defaults.set_item("top", summary.top)?;
+    defaults.set_item("group_layers", summary.hierarchy.group_layers)?;
     Ok(defaults)
 }

@@ -2,16 +2,15 @@
 
 use std::path::PathBuf;
 
-use cgfast_core::files::inputs::{self, Wanted};
-use cgfast_core::files::many::Silent;
-use cgfast_core::summary::hierarchy::Hierarchy;
-use cgfast_core::summary::{chart, summarize_files, SummaryOptions};
+use cgfast_core::{
+    find_traces as find, summarize_files, write_chart, Hierarchy, Silent, SummaryOptions, Wanted,
+};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
 use crate::convert::json_to_py;
-use crate::file_api::path_of;
+use crate::file_api::{interruptible, path_of, py_error, PyCancelToken};
 use crate::TraceError;
 
 /// One path, or an iterable of them.
@@ -42,18 +41,17 @@ pub fn find_traces<'py>(
 ) -> PyResult<Bound<'py, PyList>> {
     let paths = paths_of(paths)?;
     let wanted = if annotated { Wanted::Annotated } else { Wanted::Traces };
-    let found = py.detach(|| inputs::find(&paths, wanted)).map_err(TraceError::new_err)?;
+    let found = py.detach(|| find(&paths, wanted)).map_err(py_error)?;
     PyList::new(py, found.iter().map(|p| p.display().to_string()))
 }
 
 /// The summary report of annotated traces as a dict (what `cgfast summary --format
-/// json` prints), plus `replay_rows` with `steps`. `depth` rolls values (module
-/// paths) up to their first N dotted segments, `group_layers` merges numbered siblings
-/// (`layers.*`), `hierarchy` draws the values' tree in the chart (None: when `by` is
-/// `module` or values are rolled up; False: never, bars only).
-/// Raises `TraceError` naming every trace that cannot be read.
+/// json` prints), plus `replay_rows` with `steps`, as `cgfast.summary_report` says
+/// (every option given: it fills in the core's defaults); the run stops when `cancel`
+/// (or Ctrl-C on the main thread) asks. Raises `TraceError` naming every trace that
+/// cannot be read.
 #[pyfunction]
-#[pyo3(signature = (paths, *, by = "name", steps = false, top = 3, jobs = 0, chart = None, depth = None, group_layers = false, hierarchy = None))]
+#[pyo3(signature = (paths, *, by, steps, top, jobs, chart, depth, group_layers, hierarchy, cancel))]
 #[allow(clippy::too_many_arguments)]
 pub fn summary_report<'py>(
     py: Python<'py>,
@@ -66,6 +64,7 @@ pub fn summary_report<'py>(
     depth: Option<usize>,
     group_layers: bool,
     hierarchy: Option<bool>,
+    cancel: Option<&Bound<'py, PyCancelToken>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     if by.is_empty() {
         return Err(PyValueError::new_err("by must be a key of args, such as 'name' or 'module'"));
@@ -85,21 +84,29 @@ pub fn summary_report<'py>(
         None => None,
     };
     let options = SummaryOptions { by: by.to_string(), steps, top, hierarchy };
-    let report = py.detach(|| {
-        let traces = inputs::find(&paths, Wanted::Annotated)?;
-        let (summary, failures) = summarize_files(&traces, &options, jobs, &Silent);
+    let cancel = crate::file_api::token_of(cancel);
+    let (report, raised) = interruptible(py, &cancel, || {
+        let traces = find(&paths, Wanted::Annotated).map_err(py_error)?;
+        let (summary, failures) = summarize_files(&traces, &options, jobs, &Silent, &cancel);
+        if cancel.is_cancelled() {
+            return Err(py_error(cgfast_core::Error::Cancelled));
+        }
         if !failures.is_empty() {
-            return Err(failures.join("\n"));
+            let lines: Vec<String> = failures.iter().map(ToString::to_string).collect();
+            return Err(TraceError::new_err(lines.join("\n")));
         }
         let rows = summary.rows(top);
         if let Some(path) = &chart {
-            chart::write(path, &summary, &rows)?;
+            write_chart(path, &summary, &rows).map_err(py_error)?;
         }
         let mut report = summary.to_json(top);
         if steps {
             report["replay_rows"] = serde_json::Value::Array(summary.replay_rows());
         }
         Ok(report)
-    });
-    json_to_py(py, &report.map_err(TraceError::new_err)?)
+    })?;
+    if let Some(e) = raised {
+        return Err(e);
+    }
+    json_to_py(py, &report?)
 }

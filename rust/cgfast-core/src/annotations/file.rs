@@ -22,30 +22,43 @@ use crate::annotations::{Annotations, GraphNode, Item, NodeKind};
 use crate::index::NodeId;
 use crate::json::value as json_value;
 use crate::read::input::is_gzip_path;
-use crate::write::output::AtomicFile;
+use crate::write::atomic_file::AtomicFile;
+use crate::Error;
 
-pub const FORMAT: &str = "cgfast-annotations";
-pub const VERSION: i128 = 1;
+pub(crate) const FORMAT: &str = "cgfast-annotations";
+pub(crate) const VERSION: i128 = 1;
 
 /// Read an annotation file; the error is one line naming the file.
-pub fn read(path: &Path) -> Result<Annotations, String> {
-    let shown = path.display();
-    let bytes = crate::read::input::read_all(path).map_err(|e| format!("{shown}: {e}"))?;
+pub fn read(path: &Path) -> Result<Annotations, Error> {
+    let bytes = crate::read::input::read_all(path).map_err(|e| Error::read(path, e))?;
+    let in_file = |e: Error| match e {
+        Error::Annotations { path: None, message } => Error::annotations(Some(path), message),
+        other => other,
+    };
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace()).copied();
     let document = match first {
-        None => return Err(format!("{shown}: the annotation file is empty")),
-        Some(b'{') => json_value::parse(&bytes)
-            .map_err(|(at, expected)| format!("{shown}: not valid JSON: expected {expected} at byte {at}"))?,
-        Some(_) if looks_like_pickle(&bytes) => {
-            crate::annotations::pickle::load(&bytes).map_err(|e| format!("{shown}: {e}"))?
-        }
+        None => return Err(in_file(invalid("the annotation file is empty".into()))),
+        Some(b'{') => json_value::parse(&bytes).map_err(|(at, expected)| {
+            in_file(invalid(format!("not valid JSON: expected {expected} at byte {at}")))
+        })?,
+        Some(_) if looks_like_pickle(&bytes) => crate::annotations::pickle::load(&bytes).map_err(in_file)?,
         Some(_) => {
-            return Err(format!(
-            "{shown}: not an annotation file: expected a JSON object of node id -> annotations, or a pickle"
-        ))
+            return Err(in_file(invalid(
+                "not an annotation file: expected a JSON object of node id -> annotations, or a pickle"
+                    .into(),
+            )))
         }
     };
-    from_document(document).map_err(|e| format!("{shown}: {e}"))
+    let mut annotations = from_document(document).map_err(in_file)?;
+    annotations.source = Some(path.to_path_buf());
+    Ok(annotations)
+}
+
+/// What is wrong with an annotation file (whose path the caller adds).
+type Decoded<T> = Result<T, Error>;
+
+fn invalid(message: String) -> Error {
+    Error::annotations(None, message)
 }
 
 /// How a pickle of a mapping starts: PROTO (protocol 2+), or in protocols 0 and 1 a
@@ -63,9 +76,9 @@ fn looks_like_pickle(bytes: &[u8]) -> bool {
     }
 }
 
-fn from_document(document: Value) -> Result<Annotations, String> {
+fn from_document(document: Value) -> Decoded<Annotations> {
     let Value::Dict(entries) = document else {
-        return Err("expected a mapping of node ids to annotation lists".into());
+        return Err(invalid("expected a mapping of node ids to annotation lists".into()));
     };
     let is_cgfast = entries.iter().any(|(k, v)| k.as_str() == Some("format") && v.as_str() == Some(FORMAT));
     if !is_cgfast {
@@ -76,11 +89,11 @@ fn from_document(document: Value) -> Result<Annotations, String> {
         match key.as_str() {
             Some("version") => match value {
                 Value::Int(v) if v <= VERSION => {}
-                other => return Err(format!("unsupported {FORMAT} version {}", other.py_str())),
+                other => return Err(invalid(format!("unsupported {FORMAT} version {}", other.py_str()))),
             },
             Some("annotations") => match value {
                 Value::Dict(nodes) => out.nodes = node_map(nodes)?,
-                _ => return Err("\"annotations\" is not an object".into()),
+                _ => return Err(invalid("\"annotations\" is not an object".into())),
             },
             Some("graphs") => out.graphs = graphs(value)?,
             Some("stacks") => out.stacks = stacks(value)?,
@@ -90,7 +103,7 @@ fn from_document(document: Value) -> Result<Annotations, String> {
     Ok(out)
 }
 
-fn node_map(entries: Vec<(Value, Value)>) -> Result<HashMap<NodeId, Vec<Item>>, String> {
+fn node_map(entries: Vec<(Value, Value)>) -> Decoded<HashMap<NodeId, Vec<Item>>> {
     let mut nodes = HashMap::with_capacity_and_hasher(entries.len(), Default::default());
     for (key, items) in entries {
         let node = match &key {
@@ -98,11 +111,14 @@ fn node_map(entries: Vec<(Value, Value)>) -> Result<HashMap<NodeId, Vec<Item>>, 
             Value::Str(s) => s.trim().parse::<NodeId>().ok(),
             _ => None,
         }
-        .ok_or_else(|| format!("key {} is not a node id (an integer)", key_text(&key)))?;
+        .ok_or_else(|| invalid(format!("key {} is not a node id (an integer)", key_text(&key))))?;
         let items = match items {
             Value::List(items) | Value::Tuple(items) => items.into_iter().map(Item::from_value).collect(),
             other => {
-                return Err(format!("node {node}: expected a list of annotations, found {}", other.py_str()))
+                return Err(invalid(format!(
+                    "node {node}: expected a list of annotations, found {}",
+                    other.py_str()
+                )))
             }
         };
         nodes.insert(node, items);
@@ -110,29 +126,31 @@ fn node_map(entries: Vec<(Value, Value)>) -> Result<HashMap<NodeId, Vec<Item>>, 
     Ok(nodes)
 }
 
-fn stacks(value: Value) -> Result<HashMap<NodeId, Vec<String>>, String> {
+fn stacks(value: Value) -> Decoded<HashMap<NodeId, Vec<String>>> {
     let Value::Dict(entries) = value else {
-        return Err("\"stacks\" is not an object".into());
+        return Err(invalid("\"stacks\" is not an object".into()));
     };
     let mut out = HashMap::with_capacity_and_hasher(entries.len(), Default::default());
     for (key, frames) in entries {
-        let node = key
-            .as_str()
-            .and_then(|s| s.trim().parse::<NodeId>().ok())
-            .ok_or_else(|| format!("stacks: key {} is not a node id (an integer)", key_text(&key)))?;
+        let node = key.as_str().and_then(|s| s.trim().parse::<NodeId>().ok()).ok_or_else(|| {
+            invalid(format!("stacks: key {} is not a node id (an integer)", key_text(&key)))
+        })?;
         let frames = match frames {
             Value::List(frames) => frames
                 .into_iter()
                 .map(|f| match f {
                     Value::Str(f) => Ok(f),
-                    other => Err(format!("stacks: node {node}: a frame is {}, not a string", other.py_str())),
+                    other => Err(invalid(format!(
+                        "stacks: node {node}: a frame is {}, not a string",
+                        other.py_str()
+                    ))),
                 })
-                .collect::<Result<Vec<String>, String>>()?,
+                .collect::<Decoded<Vec<String>>>()?,
             other => {
-                return Err(format!(
+                return Err(invalid(format!(
                     "stacks: node {node}: expected a list of frames, found {}",
                     other.py_str()
-                ))
+                )))
             }
         };
         out.insert(node, frames);
@@ -147,17 +165,17 @@ fn key_text(key: &Value) -> String {
     }
 }
 
-fn graphs(value: Value) -> Result<BTreeMap<u32, Vec<GraphNode>>, String> {
+fn graphs(value: Value) -> Decoded<BTreeMap<u32, Vec<GraphNode>>> {
     let Value::Dict(entries) = value else {
-        return Err("\"graphs\" is not an object".into());
+        return Err(invalid("\"graphs\" is not an object".into()));
     };
     let mut out = BTreeMap::new();
     for (key, graph) in entries {
         let exec_id: u32 = key
             .as_str()
             .and_then(|s| s.parse().ok())
-            .ok_or_else(|| format!("graph key {} is not a graph id", key_text(&key)))?;
-        let bad = |what: &str| format!("graph {exec_id}: {what}");
+            .ok_or_else(|| invalid(format!("graph key {} is not a graph id", key_text(&key))))?;
+        let bad = |what: &str| invalid(format!("graph {exec_id}: {what}"));
         let Value::Dict(fields) = graph else {
             return Err(bad("expected an object with \"names\" and \"nodes\""));
         };
@@ -227,10 +245,12 @@ fn decode_node(node: Value, base: i64, names: &[String]) -> Option<GraphNode> {
 }
 
 /// Write `annotations` atomically in cgfast's JSON format (gzipped for `.gz`).
-pub fn write(path: &Path, annotations: &Annotations) -> Result<(), String> {
-    let shown = path.display();
-    let text = to_json(annotations)?;
-    let file = AtomicFile::create(path).map_err(|e| format!("{shown}: {e}"))?;
+pub fn write(path: &Path, annotations: &Annotations) -> Result<(), Error> {
+    let text = to_json(annotations).map_err(|e| match e {
+        Error::Annotations { path: None, message } => Error::annotations(Some(path), message),
+        other => other,
+    })?;
+    let file = AtomicFile::create(path).map_err(|e| Error::write(path, e))?;
     let result = if is_gzip_path(path) {
         let mut gz = flate2::write::GzEncoder::new(file.file(), flate2::Compression::new(6));
         gz.write_all(text.as_bytes()).and_then(|_| gz.finish().map(|_| ()))
@@ -238,10 +258,10 @@ pub fn write(path: &Path, annotations: &Annotations) -> Result<(), String> {
         let mut f = file.file();
         f.write_all(text.as_bytes())
     };
-    result.and_then(|_| file.commit()).map_err(|e| format!("{shown}: {e}"))
+    result.and_then(|_| file.commit()).map_err(|e| Error::write(path, e))
 }
 
-pub fn to_json(annotations: &Annotations) -> Result<String, String> {
+pub(crate) fn to_json(annotations: &Annotations) -> Decoded<String> {
     let mut out = String::new();
     out.push_str(&format!("{{\"format\": \"{FORMAT}\", \"version\": {VERSION}, \"annotations\": {{"));
     let mut ids: Vec<&NodeId> = annotations.nodes.keys().collect();
@@ -284,12 +304,12 @@ pub fn to_json(annotations: &Annotations) -> Result<String, String> {
     Ok(out)
 }
 
-fn graph_json(exec_id: u32, nodes: &[GraphNode]) -> Result<String, String> {
+fn graph_json(exec_id: u32, nodes: &[GraphNode]) -> Decoded<String> {
     let local = |id: i64| {
         if id >> 32 == exec_id as i64 {
             Ok(id & 0xffff_ffff)
         } else {
-            Err(format!("graph {exec_id}: node {id} belongs to another graph"))
+            Err(invalid(format!("graph {exec_id}: node {id} belongs to another graph")))
         }
     };
     let mut names: Vec<&str> = Vec::new();
@@ -369,7 +389,7 @@ mod tests {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let path = dir.path().join("a.ann");
         std::fs::write(&path, bytes).map_err(|e| e.to_string())?;
-        read(&path)
+        read(&path).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -425,7 +445,7 @@ mod tests {
     fn bare_mappings_are_accepted_and_bad_keys_refused() {
         let a = from_document(json_value::parse(br#"{"12": [{"name": "x"}]}"#).unwrap()).unwrap();
         assert_eq!(a.nodes.len(), 1);
-        let e = from_document(json_value::parse(br#"{"layer": []}"#).unwrap()).unwrap_err();
+        let e = from_document(json_value::parse(br#"{"layer": []}"#).unwrap()).unwrap_err().to_string();
         assert!(e.contains("not a node id"), "{e}");
     }
 }

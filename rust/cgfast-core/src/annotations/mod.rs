@@ -1,12 +1,15 @@
 //! Annotations: node id -> items (dicts or strings), as the capture layer records
-//! them, and the recorded topology of each executable graph.
+//! them, and the recorded topology of each executable graph; read from and written to
+//! annotation files ([`file`], PyTorch's pickles by [`pickle`]), with their values
+//! printed as Python's `str()` prints them ([`value`], [`unicode`]).
 
-pub mod file;
-pub mod pickle;
+pub(crate) mod file;
+pub(crate) mod pickle;
 pub(crate) mod unicode;
-pub mod value;
+pub(crate) mod value;
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use rustc_hash::FxHashMap as HashMap;
 
@@ -24,15 +27,15 @@ pub enum Item {
 
 /// What an annotated event receives, computed once per node.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Resolved {
+pub(crate) struct Resolved {
     /// `args[key] = value` in order (the values are the strings `str()` gives).
-    pub writes: Vec<(String, String)>,
+    pub(crate) writes: Vec<(String, String)>,
     /// The lane the annotation asks for (`int(item["stream"])` of the last item naming one).
-    pub stream: Option<i64>,
+    pub(crate) stream: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AnnotationError(pub String);
+pub(crate) struct AnnotationError(pub String);
 
 impl std::fmt::Display for AnnotationError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -51,6 +54,7 @@ impl Item {
         }
     }
 
+    /// The item as a value: a dict of its entries, or its label.
     pub fn to_value(&self) -> Value {
         match self {
             Item::Dict(entries) => {
@@ -73,7 +77,7 @@ fn json_key(key: &Value) -> String {
 }
 
 /// Resolve a node's items the way `annotate_trace` applies them.
-pub fn resolve(node: NodeId, items: &[Item]) -> Result<Resolved, AnnotationError> {
+pub(crate) fn resolve(node: NodeId, items: &[Item]) -> Result<Resolved, AnnotationError> {
     let mut resolved = Resolved::default();
     for item in items {
         match item {
@@ -97,14 +101,19 @@ pub fn resolve(node: NodeId, items: &[Item]) -> Result<Resolved, AnnotationError
     Ok(resolved)
 }
 
+/// What an annotatable graph node does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeKind {
+    /// It launches a kernel.
     Kernel,
+    /// It copies memory.
     Memcpy,
+    /// It sets memory.
     Memset,
 }
 
 impl NodeKind {
+    /// Its code in an annotation file.
     pub fn code(self) -> u8 {
         match self {
             NodeKind::Kernel => 0,
@@ -113,6 +122,7 @@ impl NodeKind {
         }
     }
 
+    /// The kind of a code in an annotation file.
     pub fn from_code(code: u64) -> Option<NodeKind> {
         match code {
             0 => Some(NodeKind::Kernel),
@@ -122,6 +132,7 @@ impl NodeKind {
         }
     }
 
+    /// Its name: `kernel`, `memcpy` or `memset`.
     pub fn name(self) -> &'static str {
         match self {
             NodeKind::Kernel => "kernel",
@@ -130,6 +141,7 @@ impl NodeKind {
         }
     }
 
+    /// The kind of a name.
     pub fn from_name(name: &str) -> Option<NodeKind> {
         match name {
             "kernel" => Some(NodeKind::Kernel),
@@ -143,34 +155,43 @@ impl NodeKind {
 /// An annotatable node of an executable graph, as recorded at capture.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GraphNode {
+    /// Its node id: the executable graph's id times 2^32 plus its local id.
     pub id: i64,
+    /// What it does.
     pub kind: NodeKind,
     /// The kernel's function name as the driver reports it (mangled).
     pub name: Option<String>,
+    /// The node ids of the nodes it depends on.
     pub deps: Vec<i64>,
+    /// The kernel's grid dimensions.
     pub grid: Option<[u32; 3]>,
+    /// The kernel's block dimensions.
     pub block: Option<[u32; 3]>,
 }
 
 /// Annotations and graph topology, as loaded from a file or handed over from Python.
 #[derive(Clone, Debug, Default)]
 pub struct Annotations {
+    /// Node id -> its annotation items, in order.
     pub nodes: HashMap<NodeId, Vec<Item>>,
     /// Executable graph id -> its annotatable nodes in local-id order.
     pub graphs: BTreeMap<u32, Vec<GraphNode>>,
     /// Node id -> the Python frames that launched it (`file:line:function`, innermost
     /// first); written to annotated events as `args["launch"]` and `args["launch_stack"]`.
     pub stacks: HashMap<NodeId, Vec<String>>,
+    /// The annotation file they were read from, if any.
+    pub source: Option<PathBuf>,
 }
 
-/// The args keys a launch stack writes: its innermost frame, and all of it, one frame a line.
-pub const LAUNCH_KEY: &str = "launch";
-pub const LAUNCH_STACK_KEY: &str = "launch_stack";
+/// The args key a launch stack's innermost frame is written to.
+pub(crate) const LAUNCH_KEY: &str = "launch";
+/// The args key the whole launch stack is written to, one frame a line.
+pub(crate) const LAUNCH_STACK_KEY: &str = "launch_stack";
 
 impl Annotations {
     /// The annotations of the nodes in `used`, resolved; other nodes' are not looked at
     /// (like the reference, which converts only what events use).
-    pub fn resolve_used(
+    pub(crate) fn resolve_used(
         &self,
         used: impl IntoIterator<Item = NodeId>,
     ) -> Result<HashMap<NodeId, Resolved>, AnnotationError> {
@@ -192,7 +213,7 @@ impl Annotations {
     }
 
     /// Every key an annotation may write into `args`.
-    pub fn write_keys(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn write_keys(&self) -> impl Iterator<Item = &str> {
         let launch: &[&str] = if self.stacks.is_empty() { &[] } else { &[LAUNCH_KEY, LAUNCH_STACK_KEY] };
         self.nodes
             .values()

@@ -5,6 +5,14 @@
 use std::collections::HashMap;
 
 use crate::annotations::value::Value;
+use crate::Error;
+
+/// An unpickled value, or why the pickle was refused (the caller names the file).
+type Unpickled<T> = Result<T, Error>;
+
+fn refused(message: String) -> Error {
+    Error::annotations(None, message)
+}
 
 #[derive(Clone, Debug)]
 enum Obj {
@@ -64,7 +72,9 @@ fn big_int(bytes: &[u8]) -> Value {
     Value::BigInt(String::from_utf8(digits).expect("ASCII digits"))
 }
 
-pub fn load(data: &[u8]) -> Result<Value, String> {
+/// The value a pickle holds, read without executing anything: only plain dicts, lists,
+/// tuples, strings, bytes and numbers (and `collections.defaultdict`) are accepted.
+pub(crate) fn load(data: &[u8]) -> Unpickled<Value> {
     let mut m = Machine {
         data,
         pos: 0,
@@ -78,11 +88,11 @@ pub fn load(data: &[u8]) -> Result<Value, String> {
 }
 
 impl<'a> Machine<'a> {
-    fn err<T>(&self, what: impl std::fmt::Display) -> Result<T, String> {
-        Err(format!("pickle byte {}: {what}", self.pos))
+    fn err<T>(&self, what: impl std::fmt::Display) -> Unpickled<T> {
+        Err(refused(format!("pickle byte {}: {what}", self.pos)))
     }
 
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+    fn take(&mut self, n: usize) -> Unpickled<&'a [u8]> {
         if self.data.len() - self.pos < n {
             return self.err("truncated pickle");
         }
@@ -91,16 +101,16 @@ impl<'a> Machine<'a> {
         Ok(s)
     }
 
-    fn byte(&mut self) -> Result<u8, String> {
+    fn byte(&mut self) -> Unpickled<u8> {
         Ok(self.take(1)?[0])
     }
 
-    fn uint(&mut self, n: usize) -> Result<u64, String> {
+    fn uint(&mut self, n: usize) -> Unpickled<u64> {
         let b = self.take(n)?;
         Ok(b.iter().rev().fold(0u64, |acc, &x| (acc << 8) | x as u64))
     }
 
-    fn line(&mut self) -> Result<&'a str, String> {
+    fn line(&mut self) -> Unpickled<&'a str> {
         let rest = &self.data[self.pos..];
         let Some(end) = rest.iter().position(|&b| b == b'\n') else {
             return self.err("truncated pickle");
@@ -109,7 +119,7 @@ impl<'a> Machine<'a> {
         std::str::from_utf8(&rest[..end]).or_else(|_| self.err("a text line that is not UTF-8"))
     }
 
-    fn push(&mut self, obj: Obj) -> Result<(), String> {
+    fn push(&mut self, obj: Obj) -> Unpickled<()> {
         if self.arena.len() >= MAX_OBJECTS {
             return self.err("too many objects");
         }
@@ -118,14 +128,14 @@ impl<'a> Machine<'a> {
         Ok(())
     }
 
-    fn pop(&mut self) -> Result<usize, String> {
+    fn pop(&mut self) -> Unpickled<usize> {
         match self.stack.pop() {
             Some(i) if !matches!(self.arena[i], Obj::Mark) => Ok(i),
             _ => self.err("stack underflow"),
         }
     }
 
-    fn pop_mark(&mut self) -> Result<Vec<usize>, String> {
+    fn pop_mark(&mut self) -> Unpickled<Vec<usize>> {
         let Some(mark) = self.marks.pop() else {
             return self.err("no mark on the stack");
         };
@@ -134,14 +144,14 @@ impl<'a> Machine<'a> {
         Ok(items)
     }
 
-    fn top_mut(&mut self) -> Result<usize, String> {
+    fn top_mut(&mut self) -> Unpickled<usize> {
         match self.stack.last() {
             Some(&i) => Ok(i),
             None => self.err("stack underflow"),
         }
     }
 
-    fn extend_list(&mut self, target: usize, items: Vec<usize>) -> Result<(), String> {
+    fn extend_list(&mut self, target: usize, items: Vec<usize>) -> Unpickled<()> {
         match &mut self.arena[target] {
             Obj::List(list) => {
                 list.extend(items);
@@ -151,7 +161,7 @@ impl<'a> Machine<'a> {
         }
     }
 
-    fn set_items(&mut self, target: usize, items: Vec<usize>) -> Result<(), String> {
+    fn set_items(&mut self, target: usize, items: Vec<usize>) -> Unpickled<()> {
         if items.len() % 2 != 0 {
             return self.err("odd number of dict items");
         }
@@ -164,11 +174,11 @@ impl<'a> Machine<'a> {
         }
     }
 
-    fn value(&mut self, v: Value) -> Result<(), String> {
+    fn value(&mut self, v: Value) -> Unpickled<()> {
         self.push(Obj::Value(v))
     }
 
-    fn text(&mut self, n: usize) -> Result<(), String> {
+    fn text(&mut self, n: usize) -> Unpickled<()> {
         let b = self.take(n)?;
         match std::str::from_utf8(b) {
             Ok(s) => self.value(Value::Str(s.to_string())),
@@ -176,7 +186,7 @@ impl<'a> Machine<'a> {
         }
     }
 
-    fn memo_get(&mut self, key: u64) -> Result<(), String> {
+    fn memo_get(&mut self, key: u64) -> Unpickled<()> {
         match self.memo.get(&key) {
             Some(&i) => {
                 self.stack.push(i);
@@ -186,13 +196,13 @@ impl<'a> Machine<'a> {
         }
     }
 
-    fn memo_put(&mut self, key: u64) -> Result<(), String> {
+    fn memo_put(&mut self, key: u64) -> Unpickled<()> {
         let top = self.top_mut()?;
         self.memo.insert(key, top);
         Ok(())
     }
 
-    fn global(&mut self, module: String, name: String) -> Result<(), String> {
+    fn global(&mut self, module: String, name: String) -> Unpickled<()> {
         let allowed = matches!(
             (module.as_str(), name.as_str()),
             ("collections", "defaultdict" | "OrderedDict")
@@ -204,7 +214,7 @@ impl<'a> Machine<'a> {
         self.push(Obj::Global(module, name))
     }
 
-    fn reduce(&mut self) -> Result<(), String> {
+    fn reduce(&mut self) -> Unpickled<()> {
         let args = self.pop()?;
         let callable = self.pop()?;
         let name = match &self.arena[callable] {
@@ -227,7 +237,7 @@ impl<'a> Machine<'a> {
         }
     }
 
-    fn run(&mut self) -> Result<usize, String> {
+    fn run(&mut self) -> Unpickled<usize> {
         loop {
             let op = self.byte()?;
             match op {
@@ -455,9 +465,9 @@ impl<'a> Machine<'a> {
         }
     }
 
-    fn materialize(&self, i: usize, depth: usize) -> Result<Value, String> {
+    fn materialize(&self, i: usize, depth: usize) -> Unpickled<Value> {
         if depth > 200 {
-            return Err("pickle is nested too deeply (or refers to itself)".into());
+            return Err(refused("pickle is nested too deeply (or refers to itself)".into()));
         }
         let m = |j| self.materialize(j, depth + 1);
         Ok(match &self.arena[i] {
@@ -466,12 +476,12 @@ impl<'a> Machine<'a> {
             Obj::Tuple(items) => Value::Tuple(items.iter().map(|&j| m(j)).collect::<Result<_, _>>()?),
             Obj::Dict(entries) => {
                 // pickle.dumps writes each key of a dict once, so no merging is needed.
-                Value::Dict(entries.iter().map(|&(k, v)| Ok((m(k)?, m(v)?))).collect::<Result<_, String>>()?)
+                Value::Dict(entries.iter().map(|&(k, v)| Ok((m(k)?, m(v)?))).collect::<Unpickled<_>>()?)
             }
             Obj::Global(module, name) => {
-                return Err(format!("pickle holds a reference to {module}.{name}, not data"))
+                return Err(refused(format!("pickle holds a reference to {module}.{name}, not data")))
             }
-            Obj::Mark => return Err("pickle leaves a mark on the stack".into()),
+            Obj::Mark => return Err(refused("pickle leaves a mark on the stack".into())),
         })
     }
 }

@@ -2,7 +2,7 @@
 //! `tools/gen_unicode_tables.py`; do not edit.
 
 /// The zero of every block of ten decimal digits (`unicodedata.decimal`).
-pub const DIGIT_ZEROS: [u32; 66] = [
+pub(crate) const DIGIT_ZEROS: [u32; 66] = [
     0x30, 0x660, 0x6f0, 0x7c0, 0x966, 0x9e6, 0xa66, 0xae6, 0xb66, 0xbe6, 0xc66, 0xce6, 0xd66, 0xde6, 0xe50,
     0xed0, 0xf20, 0x1040, 0x1090, 0x17e0, 0x1810, 0x1946, 0x19d0, 0x1a80, 0x1a90, 0x1b50, 0x1bb0, 0x1c40,
     0x1c50, 0xa620, 0xa8d0, 0xa900, 0xa9d0, 0xa9f0, 0xaa50, 0xabf0, 0xff10, 0x104a0, 0x10d30, 0x11066,
@@ -12,13 +12,13 @@ pub const DIGIT_ZEROS: [u32; 66] = [
 ];
 
 /// The white space `int()` strips around digits (`str.isspace()` but U+001C..U+001F).
-pub const SPACES: [u32; 25] = [
+pub(crate) const SPACES: [u32; 25] = [
     0x9, 0xa, 0xb, 0xc, 0xd, 0x20, 0x85, 0xa0, 0x1680, 0x2000, 0x2001, 0x2002, 0x2003, 0x2004, 0x2005,
     0x2006, 0x2007, 0x2008, 0x2009, 0x200a, 0x2028, 0x2029, 0x202f, 0x205f, 0x3000,
 ];
 
 /// Ranges of characters from U+0080 that `str.isprintable()` is false for, sorted.
-pub const UNPRINTABLE: [(u32, u32); 700] = [
+pub(crate) const UNPRINTABLE: [(u32, u32); 700] = [
     (0x80, 0xa0),
     (0xad, 0xad),
     (0x378, 0x379),
@@ -721,17 +721,17 @@ pub const UNPRINTABLE: [(u32, u32); 700] = [
     (0xe01f0, 0x10ffff),
 ];
 
-pub fn decimal_value(c: char) -> Option<u32> {
+pub(crate) fn decimal_value(c: char) -> Option<u32> {
     let c = c as u32;
     let i = DIGIT_ZEROS.partition_point(|&z| z <= c);
     (i > 0 && c - DIGIT_ZEROS[i - 1] < 10).then(|| c - DIGIT_ZEROS[i - 1])
 }
 
-pub fn is_space(c: char) -> bool {
+pub(crate) fn is_space(c: char) -> bool {
     SPACES.contains(&(c as u32))
 }
 
-pub fn is_printable(c: char) -> bool {
+pub(crate) fn is_printable(c: char) -> bool {
     let c = c as u32;
     if c < 0x80 {
         return (0x20..0x7f).contains(&c);

@@ -8,16 +8,25 @@ use crate::annotations::unicode;
 /// A value of an annotation item: what JSON or a plain PyTorch pickle can hold.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
+    /// `None` (JSON's `null`).
     None,
+    /// A boolean.
     Bool(bool),
+    /// An integer within 128 bits.
     Int(i128),
     /// An integer beyond 128 bits, as its decimal digits (and sign).
     BigInt(String),
+    /// A float.
     Float(f64),
+    /// A string.
     Str(String),
+    /// Bytes (from a pickle).
     Bytes(Vec<u8>),
+    /// A list.
     List(Vec<Value>),
+    /// A tuple (from a pickle).
     Tuple(Vec<Value>),
+    /// A dict, its entries in order.
     Dict(Vec<(Value, Value)>),
 }
 
@@ -45,6 +54,7 @@ impl Value {
         }
     }
 
+    /// The string, if the value is one.
     pub fn as_str(&self) -> Option<&str> {
         match self {
             Value::Str(s) => Some(s),
@@ -123,7 +133,7 @@ fn parse_py_int(text: &str) -> Option<i128> {
 
 /// `repr(float)`: the shortest digits that round-trip, in Python's layout
 /// (`1e+16`, `1e-05`, `0.0001`, `1.0`, `inf`, `nan`).
-pub fn py_float_repr(f: f64) -> String {
+pub(crate) fn py_float_repr(f: f64) -> String {
     if f.is_nan() {
         return "nan".into();
     }

@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::Error;
+
 /// What a directory or a pattern yields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wanted {
@@ -22,7 +24,7 @@ impl Wanted {
     }
 
     /// Whether a file found in a directory is wanted.
-    pub fn matches(self, name: &str) -> bool {
+    pub(crate) fn matches(self, name: &str) -> bool {
         let annotated = name.contains(".annotated.");
         match self {
             Wanted::Traces => {
@@ -49,14 +51,14 @@ fn is_pattern(text: &str) -> bool {
 /// The files `inputs` name, in order, each once. A file that does not exist is kept
 /// (reading it reports the error); a directory or a pattern that yields nothing is an
 /// error.
-pub fn find(inputs: &[PathBuf], wanted: Wanted) -> Result<Vec<PathBuf>, String> {
+pub fn find(inputs: &[PathBuf], wanted: Wanted) -> Result<Vec<PathBuf>, Error> {
     let mut found = Vec::new();
     for input in inputs {
         if input.is_dir() {
             let before = found.len();
             walk(input, wanted, &mut found)?;
             if found.len() == before {
-                return Err(format!("no {} under {}", wanted.describe(), input.display()));
+                return Err(inputs_error(format!("no {} under {}", wanted.describe(), input.display())));
             }
         } else if input.exists() {
             found.push(input.clone());
@@ -64,7 +66,7 @@ pub fn find(inputs: &[PathBuf], wanted: Wanted) -> Result<Vec<PathBuf>, String> 
             let before = found.len();
             expand(pattern, wanted, &mut found)?;
             if found.len() == before {
-                return Err(format!("no {} match {pattern}", wanted.describe()));
+                return Err(inputs_error(format!("no {} match {pattern}", wanted.describe())));
             }
         } else {
             found.push(input.clone());
@@ -75,10 +77,15 @@ pub fn find(inputs: &[PathBuf], wanted: Wanted) -> Result<Vec<PathBuf>, String> 
     Ok(found)
 }
 
-fn expand(pattern: &str, wanted: Wanted, found: &mut Vec<PathBuf>) -> Result<(), String> {
-    let paths = glob::glob(pattern).map_err(|e| format!("{pattern}: not a valid pattern ({e})"))?;
+fn inputs_error(message: String) -> Error {
+    Error::Inputs { message }
+}
+
+fn expand(pattern: &str, wanted: Wanted, found: &mut Vec<PathBuf>) -> Result<(), Error> {
+    let paths =
+        glob::glob(pattern).map_err(|e| inputs_error(format!("{pattern}: not a valid pattern ({e})")))?;
     for path in paths {
-        let path = path.map_err(|e| format!("{}: {}", e.path().display(), e.error()))?;
+        let path = path.map_err(|e| inputs_error(format!("{}: {}", e.path().display(), e.error())))?;
         if path.is_dir() {
             walk(&path, wanted, found)?;
         } else if path.file_name().is_some_and(|n| wanted.matches_pattern(&n.to_string_lossy())) {
@@ -90,9 +97,9 @@ fn expand(pattern: &str, wanted: Wanted, found: &mut Vec<PathBuf>) -> Result<(),
 
 /// Add the wanted files under `dir`, sorted by path. Links to directories are not
 /// followed (they could make a loop); links to files are.
-fn walk(dir: &Path, wanted: Wanted, found: &mut Vec<PathBuf>) -> Result<(), String> {
+fn walk(dir: &Path, wanted: Wanted, found: &mut Vec<PathBuf>) -> Result<(), Error> {
     let mut entries: Vec<(PathBuf, bool)> = std::fs::read_dir(dir)
-        .map_err(|e| format!("{}: cannot list the directory ({e})", dir.display()))?
+        .map_err(|e| inputs_error(format!("{}: cannot list the directory ({e})", dir.display())))?
         .filter_map(|e| e.ok())
         .map(|e| {
             let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
@@ -151,11 +158,11 @@ mod tests {
     fn empty_directories_and_patterns_are_errors() {
         let root = tempfile::tempdir().unwrap();
         touch(root.path(), "x/notes.txt");
-        let err = find(&[root.path().join("x")], Wanted::Traces).unwrap_err();
+        let err = find(&[root.path().join("x")], Wanted::Traces).unwrap_err().to_string();
         assert!(err.starts_with("no traces (*.trace.json or *.trace.json.gz) under"), "{err}");
         let pattern = PathBuf::from(format!("{}/*.trace.json", root.path().display()));
-        assert!(find(&[pattern], Wanted::Traces).unwrap_err().contains("match"));
+        assert!(find(&[pattern], Wanted::Traces).unwrap_err().to_string().contains("match"));
         let bad = PathBuf::from(format!("{}/[", root.path().display()));
-        assert!(find(&[bad], Wanted::Traces).unwrap_err().contains("not a valid pattern"));
+        assert!(find(&[bad], Wanted::Traces).unwrap_err().to_string().contains("not a valid pattern"));
     }
 }

@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::Error;
+
 /// `<trace>.annotated.json[.gz]`, exactly as the reference names it.
 pub fn default_output(trace: &Path) -> PathBuf {
     let name = trace.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -16,14 +18,18 @@ pub fn default_output(trace: &Path) -> PathBuf {
     trace.with_file_name(renamed)
 }
 
-/// [`discover_annotations`], or why none was found, ending in how to name them
+/// The annotation file of `trace`'s rank (`kernel_annotations_rank<R>_*.json` or `.pkl`
+/// beside it or one level up), or why none was found, ending in how to name them
 /// (`how_to_name`: the flag or argument of the caller's interface).
-pub fn find_annotations(trace: &Path, how_to_name: &str) -> Result<PathBuf, String> {
+pub fn find_annotations(trace: &Path, how_to_name: &str) -> Result<PathBuf, Error> {
     discover_annotations(trace).ok_or_else(|| {
-        format!(
+        Error::annotations(
+            None,
+            format!(
             "could not find the annotations of {} (kernel_annotations_rank<R>_*.json or .pkl beside it or \
              one level up); {how_to_name}",
             trace.display()
+        ),
         )
     })
 }
@@ -31,7 +37,7 @@ pub fn find_annotations(trace: &Path, how_to_name: &str) -> Result<PathBuf, Stri
 /// For `traces/step_N/RANK.<id>.pt.trace.json.gz`, the first of
 /// `traces/kernel_annotations_rank{RANK}_*.{json,json.gz,pkl}` (then the same names
 /// beside the trace itself), JSON before pickles.
-pub fn discover_annotations(trace: &Path) -> Option<PathBuf> {
+pub(crate) fn discover_annotations(trace: &Path) -> Option<PathBuf> {
     let name = trace.file_name()?.to_string_lossy().into_owned();
     let digits: String = name.chars().take_while(|c| c.is_ascii_digit()).collect();
     let rank: u64 = digits.parse().ok()?;

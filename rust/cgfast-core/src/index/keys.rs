@@ -8,22 +8,22 @@ use crate::annotations::value::py_float_repr;
 
 /// A JSON number as Python's `json` module reads it.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Num {
+pub(crate) enum Num {
     Int(i64),
     Float(f64),
 }
 
 impl Num {
-    pub const ZERO: Num = Num::Int(0);
+    pub(crate) const ZERO: Num = Num::Int(0);
 
-    pub fn as_f64(self) -> f64 {
+    pub(crate) fn as_f64(self) -> f64 {
         match self {
             Num::Int(i) => i as f64,
             Num::Float(f) => f,
         }
     }
 
-    pub fn py_add(self, other: Num) -> Num {
+    pub(crate) fn py_add(self, other: Num) -> Num {
         match (self, other) {
             (Num::Int(a), Num::Int(b)) => {
                 a.checked_add(b).map(Num::Int).unwrap_or(Num::Float(a as f64 + b as f64))
@@ -32,7 +32,7 @@ impl Num {
         }
     }
 
-    pub fn py_sub(self, other: Num) -> Num {
+    pub(crate) fn py_sub(self, other: Num) -> Num {
         match (self, other) {
             (Num::Int(a), Num::Int(b)) => {
                 a.checked_sub(b).map(Num::Int).unwrap_or(Num::Float(a as f64 - b as f64))
@@ -41,12 +41,12 @@ impl Num {
         }
     }
 
-    pub fn lt(self, other: Num) -> bool {
+    pub(crate) fn lt(self, other: Num) -> bool {
         self.py_cmp(other) == Some(Ordering::Less)
     }
 
     /// Python's comparison; `None` when either side is NaN.
-    pub fn py_cmp(self, other: Num) -> Option<Ordering> {
+    pub(crate) fn py_cmp(self, other: Num) -> Option<Ordering> {
         match (self, other) {
             (Num::Int(a), Num::Int(b)) => Some(a.cmp(&b)),
             (Num::Int(a), Num::Float(b)) => cmp_int_float(a, b),
@@ -56,7 +56,7 @@ impl Num {
     }
 
     /// The number as `json.dumps` writes it (non-finite floats as Python writes them).
-    pub fn to_json(self) -> String {
+    pub(crate) fn to_json(self) -> String {
         match self {
             Num::Int(i) => i.to_string(),
             Num::Float(f) if f.is_nan() => "NaN".into(),
@@ -73,7 +73,7 @@ impl Num {
 
     /// Parse a JSON number token (or Python's `NaN`/`Infinity` extensions).
     #[inline]
-    pub fn parse(token: &[u8]) -> Option<Num> {
+    pub(crate) fn parse(token: &[u8]) -> Option<Num> {
         parse_short(token).or_else(|| Num::parse_any(token))
     }
 
@@ -199,7 +199,7 @@ fn cmp_int_float(a: i64, b: f64) -> Option<Ordering> {
 /// How an integer key was written: `7`, `7.0` or `true` are one key to Python, but
 /// each is written back as it was.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Spelling {
+pub(crate) enum Spelling {
     #[default]
     Plain,
     Float,
@@ -208,7 +208,7 @@ pub enum Spelling {
 
 impl Spelling {
     /// The spelling of a number that becomes a key.
-    pub fn of_num(n: Num) -> Spelling {
+    pub(crate) fn of_num(n: Num) -> Spelling {
         match n {
             Num::Float(_) => Spelling::Float,
             Num::Int(_) => Spelling::Plain,
@@ -218,7 +218,7 @@ impl Spelling {
 
 /// A hashable trace scalar (a `pid`, `tid` or `ts`) under Python's equality.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Key {
+pub(crate) enum Key {
     /// A missing key or JSON `null` (`event.get("tid")` is `None` for both).
     None,
     Int(i64),
@@ -238,7 +238,7 @@ impl Default for Key {
 }
 
 impl Key {
-    pub fn from_num(n: Num) -> Option<Key> {
+    pub(crate) fn from_num(n: Num) -> Option<Key> {
         match n {
             Num::Int(i) => Some(Key::Int(i)),
             Num::Float(f) if f.is_nan() => None,
@@ -248,7 +248,7 @@ impl Key {
         }
     }
 
-    pub fn as_int(self) -> Option<i64> {
+    pub(crate) fn as_int(self) -> Option<i64> {
         match self {
             Key::Int(i) => Some(i),
             _ => None,
@@ -258,13 +258,13 @@ impl Key {
 
 /// Interned strings, so keys and names stay small and cheap to compare.
 #[derive(Default, Debug)]
-pub struct Strings {
+pub(crate) struct Strings {
     ids: HashMap<Box<str>, u32>,
     texts: Vec<Box<str>>,
 }
 
 impl Strings {
-    pub fn intern(&mut self, text: &str) -> u32 {
+    pub(crate) fn intern(&mut self, text: &str) -> u32 {
         if let Some(&id) = self.ids.get(text) {
             return id;
         }
@@ -274,24 +274,20 @@ impl Strings {
         id
     }
 
-    pub fn get(&self, id: u32) -> &str {
+    pub(crate) fn get(&self, id: u32) -> &str {
         &self.texts[id as usize]
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.texts.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.texts.is_empty()
     }
 }
 
 /// The keys of a trace with their text forms, numbered so that events can hold a
 /// `u32` for each, and a counter for unique keys.
 #[derive(Default, Debug)]
-pub struct Keys {
-    pub strings: Strings,
+pub(crate) struct Keys {
+    pub(crate) strings: Strings,
     next_unique: u32,
     ids: HashMap<Key, u32>,
     by_id: Vec<Key>,
@@ -304,11 +300,11 @@ const SMALL_KEYS: usize = 1024;
 const NO_ID: KeyId = KeyId::MAX;
 
 /// A [`Key`] by its number in a [`Keys`] table: equal keys have equal ids.
-pub type KeyId = u32;
+pub(crate) type KeyId = u32;
 
 impl Keys {
     #[inline]
-    pub fn id(&mut self, key: Key) -> KeyId {
+    pub(crate) fn id(&mut self, key: Key) -> KeyId {
         let small = match key {
             Key::Int(i) if (0..SMALL_KEYS as i64).contains(&i) => Some(i as usize),
             _ => None,
@@ -335,7 +331,7 @@ impl Keys {
     }
 
     /// The id here of key `id` of another table.
-    pub fn import(&mut self, other: &Keys, id: KeyId) -> KeyId {
+    pub(crate) fn import(&mut self, other: &Keys, id: KeyId) -> KeyId {
         let key = match other.key(id) {
             Key::Str(s) => self.string(other.strings.get(s)),
             Key::Unique(_) => self.unique(),
@@ -344,34 +340,34 @@ impl Keys {
         self.id(key)
     }
 
-    pub fn key(&self, id: KeyId) -> Key {
+    pub(crate) fn key(&self, id: KeyId) -> Key {
         self.by_id[id as usize]
     }
 
     /// The id of `key` if some event has it.
-    pub fn find(&self, key: Key) -> Option<KeyId> {
+    pub(crate) fn find(&self, key: Key) -> Option<KeyId> {
         self.ids.get(&key).copied()
     }
 
-    pub fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.by_id.len()
     }
 
-    pub fn unique(&mut self) -> Key {
+    pub(crate) fn unique(&mut self) -> Key {
         self.next_unique += 1;
         Key::Unique(self.next_unique)
     }
 
-    pub fn string(&mut self, text: &str) -> Key {
+    pub(crate) fn string(&mut self, text: &str) -> Key {
         Key::Str(self.strings.intern(text))
     }
 
-    pub fn num(&mut self, n: Num) -> Key {
+    pub(crate) fn num(&mut self, n: Num) -> Key {
         Key::from_num(n).unwrap_or_else(|| self.unique())
     }
 
     /// `str(key)` as Python prints it (for `f"stream {tid}"`).
-    pub fn py_str(&self, key: Key) -> String {
+    pub(crate) fn py_str(&self, key: Key) -> String {
         match key {
             Key::None => "None".into(),
             Key::Int(i) => i.to_string(),
@@ -382,7 +378,7 @@ impl Keys {
     }
 
     /// `str(key)` of the key spelled as `spelling`.
-    pub fn py_str_spelled(&self, key: Key, spelling: Spelling) -> String {
+    pub(crate) fn py_str_spelled(&self, key: Key, spelling: Spelling) -> String {
         match (key, spelling) {
             (Key::Int(i), Spelling::Float) => py_float_repr(i as f64),
             (Key::Int(i), Spelling::Bool) => if i != 0 { "True" } else { "False" }.into(),
@@ -391,7 +387,7 @@ impl Keys {
     }
 
     /// The key spelled as `spelling`, as JSON text.
-    pub fn to_json_spelled(&self, key: Key, spelling: Spelling) -> String {
+    pub(crate) fn to_json_spelled(&self, key: Key, spelling: Spelling) -> String {
         match (key, spelling) {
             (Key::Int(i), Spelling::Float) => py_float_repr(i as f64),
             (Key::Int(i), Spelling::Bool) => if i != 0 { "true" } else { "false" }.into(),
@@ -400,7 +396,7 @@ impl Keys {
     }
 
     /// The key as JSON text.
-    pub fn to_json(&self, key: Key) -> String {
+    pub(crate) fn to_json(&self, key: Key) -> String {
         match key {
             Key::None => "null".into(),
             Key::Int(i) => i.to_string(),
@@ -411,7 +407,7 @@ impl Keys {
     }
 
     /// An order for sorting lanes: numbers by value, then strings, then the rest.
-    pub fn sort_cmp(&self, a: Key, b: Key) -> Ordering {
+    pub(crate) fn sort_cmp(&self, a: Key, b: Key) -> Ordering {
         fn rank(k: Key) -> u8 {
             match k {
                 Key::Int(_) | Key::Float(_) => 0,

@@ -2,22 +2,22 @@
 //! keep every other byte as it was.
 
 use crate::json::{str_is, Cursor, Scan, StrSpan};
-use crate::read::scan::{Places, Rel};
+use crate::read::layout::{Places, Rel};
 
 /// One `key: value` to set; `value` is JSON text, `quoted_key` the key as JSON.
 #[derive(Clone, Copy, Debug)]
-pub struct Set<'a> {
-    pub key: &'a str,
-    pub quoted_key: &'a str,
-    pub value: &'a str,
+pub(crate) struct Set<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) quoted_key: &'a str,
+    pub(crate) value: &'a str,
 }
 
 /// The members to set on an event, applied in order with dict semantics: a later
 /// write of a key wins, keys that are new go last.
 #[derive(Default, Debug, Clone)]
-pub struct EventEdits<'a> {
-    pub top: Vec<Set<'a>>,
-    pub args: Vec<Set<'a>>,
+pub(crate) struct EventEdits<'a> {
+    pub(crate) top: Vec<Set<'a>>,
+    pub(crate) args: Vec<Set<'a>>,
 }
 
 #[derive(Clone, Copy)]
@@ -28,7 +28,7 @@ struct Member {
 
 /// Reusable buffers, so that editing allocates nothing per event.
 #[derive(Default)]
-pub struct Editor {
+pub(crate) struct Editor {
     top: Vec<Member>,
     args: Vec<Member>,
 }
@@ -87,7 +87,7 @@ fn push_members(out: &mut Vec<u8>, members: &[Set<'_>], first: bool) {
 /// members for `args`, rendered (`"k": v, ...`), that go after those `edits.args`
 /// appends: the caller keeps their keys out of `edits.args`, and the writes that
 /// would follow them in dict order too. Allocates nothing.
-pub fn splice(
+pub(crate) fn splice(
     event: &[u8],
     places: &Places,
     edits: &EventEdits<'_>,
@@ -199,7 +199,7 @@ fn push_member(out: &mut Vec<u8>, quoted_key: &str, value: &str, first: bool) {
 impl Editor {
     /// Write `event` (a JSON object) with `edits` applied into `out`; `false` (and
     /// nothing written) if `event` is not an object.
-    pub fn apply(&mut self, event: &[u8], edits: &EventEdits<'_>, out: &mut Vec<u8>) -> bool {
+    pub(crate) fn apply(&mut self, event: &[u8], edits: &EventEdits<'_>, out: &mut Vec<u8>) -> bool {
         let mut c = Cursor::new(event, 0);
         let Ok(close) = members(&mut c, &mut self.top) else { return false };
         let mut top_replaced = Vec::new();
@@ -277,7 +277,7 @@ impl Editor {
 /// Write `event` without its `args` member `key` (the last, the one a reader sees, as
 /// [`Editor::apply`] replaces it) into `out`; `false` (and nothing written) if `event`
 /// is not an object or has no such member.
-pub fn drop_arg(event: &[u8], key: &str, out: &mut Vec<u8>) -> bool {
+pub(crate) fn drop_arg(event: &[u8], key: &str, out: &mut Vec<u8>) -> bool {
     let mut top = Vec::new();
     let mut c = Cursor::new(event, 0);
     if members(&mut c, &mut top).is_err() {

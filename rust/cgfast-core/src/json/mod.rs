@@ -1,32 +1,35 @@
 //! A validating JSON scanner over a byte window: it finds the spans of values and
 //! skips what it does not need, without building a tree.
 
-pub mod edit;
-pub mod value;
+mod bytes;
+pub(crate) mod edit;
+pub(crate) mod value;
+
+pub(crate) use bytes::{after_ws, number_end, plain_string_end, small_int_array_end, special_byte};
 
 use memchr::memchr2;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ScanError {
+pub(crate) enum ScanError {
     /// The window ended inside a value; more input may complete it.
     Incomplete,
     /// The bytes are not JSON; `at` is the offset in the window.
     Syntax { at: usize, expected: &'static str },
 }
 
-pub type Scan<T> = Result<T, ScanError>;
+pub(crate) type Scan<T> = Result<T, ScanError>;
 
 /// A string value: `start..end` is the text between the quotes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StrSpan {
-    pub start: usize,
-    pub end: usize,
-    pub escaped: bool,
+pub(crate) struct StrSpan {
+    pub(crate) start: usize,
+    pub(crate) end: usize,
+    pub(crate) escaped: bool,
 }
 
 /// A scalar found where the scanner was asked for one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Scalar {
+pub(crate) enum Scalar {
     Null,
     Bool(bool),
     /// A number token (also `NaN`, `Infinity`, `-Infinity`).
@@ -42,203 +45,15 @@ pub enum Scalar {
     },
 }
 
-pub struct Cursor<'a> {
-    pub buf: &'a [u8],
-    pub pos: usize,
+pub(crate) struct Cursor<'a> {
+    pub(crate) buf: &'a [u8],
+    pub(crate) pos: usize,
     nesting: Vec<bool>,
 }
 
-/// The offset of the first byte at or after `from` that ends or interrupts a string's
-/// plain text: `"`, `\\` or a control character.
-#[inline(always)]
-pub(crate) fn special_byte(buf: &[u8], from: usize) -> Option<usize> {
-    #[cfg(all(target_arch = "x86_64", not(cgfast_portable)))]
-    let (from, found) = special_byte_sse2(buf, from);
-    // `--cfg cgfast_portable` tests the portable path on x86-64 too (scripts/test)
-    #[cfg(any(not(target_arch = "x86_64"), cgfast_portable))]
-    let (from, found) = special_byte_words(buf, from);
-    match found {
-        Some(at) => Some(at),
-        None => buf[from..].iter().position(|&b| is_special(b)).map(|k| from + k),
-    }
-}
-
-#[inline]
-fn is_special(b: u8) -> bool {
-    b == b'"' || b == b'\\' || b < 0x20
-}
-
-/// Sixteen bytes at a time; what is left of the buffer after the last whole block is
-/// the caller's (the offset returned first).
-#[cfg(all(target_arch = "x86_64", not(cgfast_portable)))]
-#[inline]
-fn special_byte_sse2(buf: &[u8], mut at: usize) -> (usize, Option<usize>) {
-    use std::arch::x86_64::*;
-    // SAFETY: SSE2 is part of every x86-64 processor, and each load reads the 16 bytes
-    // `buf[at..at + 16]`, inside the slice.
-    unsafe {
-        let quote = _mm_set1_epi8(b'"' as i8);
-        let backslash = _mm_set1_epi8(b'\\' as i8);
-        let control_max = _mm_set1_epi8(0x1f);
-        while at + 16 <= buf.len() {
-            let v = _mm_loadu_si128(buf.as_ptr().add(at) as *const __m128i);
-            let control = _mm_cmpeq_epi8(_mm_max_epu8(v, control_max), control_max);
-            let hits =
-                _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)), control);
-            let mask = _mm_movemask_epi8(hits) as u32;
-            if mask != 0 {
-                return (at, Some(at + mask.trailing_zeros() as usize));
-            }
-            at += 16;
-        }
-    }
-    (at, None)
-}
-
-/// Eight bytes at a time, in the bits of a word.
-#[cfg(any(not(target_arch = "x86_64"), cgfast_portable))]
-#[inline]
-fn special_byte_words(buf: &[u8], mut at: usize) -> (usize, Option<usize>) {
-    const LO: u64 = 0x0101_0101_0101_0101;
-    const HI: u64 = 0x8080_8080_8080_8080;
-    // Nonzero where a byte equals `byte` (exact for the lowest such byte).
-    let equal = |word: u64, byte: u8| {
-        let x = word ^ (LO * byte as u64);
-        x.wrapping_sub(LO) & !x & HI
-    };
-    while at + 8 <= buf.len() {
-        let word = u64::from_le_bytes(buf[at..at + 8].try_into().expect("8 bytes"));
-        let hits = equal(word, b'"') | equal(word, b'\\') | (word.wrapping_sub(LO * 0x20) & !word & HI);
-        if hits != 0 {
-            return (at, Some(at + (hits.trailing_zeros() / 8) as usize));
-        }
-        at += 8;
-    }
-    (at, None)
-}
-
-#[inline]
-fn is_ws(b: u8) -> bool {
-    matches!(b, b' ' | b'\n' | b'\r' | b'\t')
-}
-
-/// The first byte at or after `i` that is not white space, and where it is; `None` where
-/// `buf` ends first.
-#[inline(always)]
-pub(crate) fn after_ws(buf: &[u8], mut i: usize) -> Option<(usize, u8)> {
-    let b = *buf.get(i)?;
-    // white space is at most b' ': one comparison for the common case
-    if b > b' ' {
-        return Some((i, b));
-    }
-    // one space, as after the `:` and `,` of most traces
-    if b == b' ' {
-        let next = *buf.get(i + 1)?;
-        if next > b' ' {
-            return Some((i + 1, next));
-        }
-    }
-    loop {
-        let b = *buf.get(i)?;
-        if !is_ws(b) {
-            return Some((i, b));
-        }
-        i += 1;
-    }
-}
-
-/// The closing quote of the string whose opening quote is at `quote`, where its text
-/// holds no escape (and no control character); `None` otherwise, or where `buf` ends first.
-#[inline(always)]
-pub(crate) fn plain_string_end(buf: &[u8], quote: usize) -> Option<usize> {
-    special_byte(buf, quote + 1).filter(|&at| buf[at] == b'"')
-}
-
-/// The end of the number at `start`, as JSON writes numbers (not `NaN` or the
-/// infinities).
-#[inline(always)]
-pub(crate) fn number_end(buf: &[u8], start: usize) -> Scan<usize> {
-    let at = |i: usize| buf.get(i).copied().ok_or(ScanError::Incomplete);
-    let syntax = |at: usize, expected: &'static str| Err(ScanError::Syntax { at, expected });
-    let mut i = start;
-    if at(i)? == b'-' {
-        i += 1;
-    }
-    match at(i)? {
-        b'0' => i += 1,
-        b'1'..=b'9' => {
-            while at(i)?.is_ascii_digit() {
-                i += 1;
-            }
-        }
-        _ => return syntax(i, "a number"),
-    }
-    if at(i)? == b'.' {
-        i += 1;
-        if !at(i)?.is_ascii_digit() {
-            return syntax(i, "a digit");
-        }
-        while at(i)?.is_ascii_digit() {
-            i += 1;
-        }
-    }
-    if matches!(at(i)?, b'e' | b'E') {
-        i += 1;
-        if matches!(at(i)?, b'+' | b'-') {
-            i += 1;
-        }
-        if !at(i)?.is_ascii_digit() {
-            return syntax(i, "a digit");
-        }
-        while at(i)?.is_ascii_digit() {
-            i += 1;
-        }
-    }
-    Ok(i)
-}
-
-/// The end of the flat array of small unsigned integers (`[1, 2, 3]`) at `start`;
-/// `None` for any other value, even a valid one.
-#[inline]
-pub(crate) fn small_int_array_end(buf: &[u8], start: usize) -> Option<usize> {
-    if buf.get(start) != Some(&b'[') {
-        return None;
-    }
-    let mut i = start + 1;
-    loop {
-        let mut b = *buf.get(i)?;
-        while is_ws(b) {
-            i += 1;
-            b = *buf.get(i)?;
-        }
-        let first = i;
-        while b.is_ascii_digit() {
-            i += 1;
-            b = *buf.get(i)?;
-        }
-        if i == first || (i - first > 1 && buf[first] == b'0') {
-            return None;
-        }
-        while is_ws(b) {
-            i += 1;
-            b = *buf.get(i)?;
-        }
-        match b {
-            b',' => i += 1,
-            b']' => return Some(i + 1),
-            _ => return None,
-        }
-    }
-}
-
 impl<'a> Cursor<'a> {
-    pub fn new(buf: &'a [u8], pos: usize) -> Self {
+    pub(crate) fn new(buf: &'a [u8], pos: usize) -> Self {
         Cursor { buf, pos, nesting: Vec::new() }
-    }
-
-    pub fn reset(&mut self, buf: &'a [u8], pos: usize) {
-        self.buf = buf;
-        self.pos = pos;
     }
 
     fn syntax<T>(&self, expected: &'static str) -> Scan<T> {
@@ -247,7 +62,7 @@ impl<'a> Cursor<'a> {
 
     /// The next byte that is not white space, not consumed.
     #[inline]
-    pub fn peek(&mut self) -> Scan<u8> {
+    pub(crate) fn peek(&mut self) -> Scan<u8> {
         match after_ws(self.buf, self.pos) {
             Some((at, b)) => {
                 self.pos = at;
@@ -261,7 +76,7 @@ impl<'a> Cursor<'a> {
     }
 
     #[inline]
-    pub fn expect(&mut self, byte: u8, expected: &'static str) -> Scan<()> {
+    pub(crate) fn expect(&mut self, byte: u8, expected: &'static str) -> Scan<()> {
         if self.peek()? == byte {
             self.pos += 1;
             Ok(())
@@ -272,7 +87,7 @@ impl<'a> Cursor<'a> {
 
     /// A string; the cursor must be at its opening quote (after white space).
     #[inline]
-    pub fn string(&mut self) -> Scan<StrSpan> {
+    pub(crate) fn string(&mut self) -> Scan<StrSpan> {
         if self.peek()? != b'"' {
             return self.syntax("a string");
         }
@@ -321,7 +136,7 @@ impl<'a> Cursor<'a> {
 
     /// Skip a value known to be valid JSON (checked by an earlier pass): strings and
     /// brackets only, no grammar.
-    pub fn skip_trusted(&mut self) -> Scan<()> {
+    pub(crate) fn skip_trusted(&mut self) -> Scan<()> {
         let buf = self.buf;
         let mut i = self.pos;
         let mut depth = 0usize;
@@ -404,7 +219,7 @@ impl<'a> Cursor<'a> {
 
     /// A value, classified; containers are validated and skipped.
     #[inline]
-    pub fn scalar(&mut self) -> Scan<Scalar> {
+    pub(crate) fn scalar(&mut self) -> Scan<Scalar> {
         match self.peek()? {
             b'"' => Ok(Scalar::Str(self.string()?)),
             b'{' | b'[' => {
@@ -435,7 +250,7 @@ impl<'a> Cursor<'a> {
 
     /// Validate and skip one value of any kind, without recursion.
     #[inline]
-    pub fn skip_value(&mut self) -> Scan<()> {
+    pub(crate) fn skip_value(&mut self) -> Scan<()> {
         match self.peek()? {
             b'{' | b'[' => self.skip_container(),
             _ => self.scalar().map(|_| ()),
@@ -445,7 +260,7 @@ impl<'a> Cursor<'a> {
     /// A flat array of small unsigned integers (`[1, 2, 3]`), skipped; `None` (the
     /// cursor unmoved) for any other value, even a valid one.
     #[inline]
-    pub fn small_int_array(&mut self) -> Option<Scalar> {
+    pub(crate) fn small_int_array(&mut self) -> Option<Scalar> {
         let start = self.pos;
         self.pos = small_int_array_end(self.buf, start)?;
         Some(Scalar::Container { start, end: self.pos })
@@ -514,7 +329,7 @@ impl<'a> Cursor<'a> {
     /// Walk the members of the object at the cursor, calling `member(cursor, key)`
     /// with the cursor at each value; the callback must consume the value.
     #[inline]
-    pub fn object<F>(&mut self, mut member: F) -> Scan<()>
+    pub(crate) fn object<F>(&mut self, mut member: F) -> Scan<()>
     where
         F: FnMut(&mut Self, StrSpan) -> Scan<()>,
     {
@@ -539,13 +354,13 @@ impl<'a> Cursor<'a> {
     }
 
     /// The bytes of a string span, unescaped when needed.
-    pub fn text(&self, s: StrSpan) -> std::borrow::Cow<'a, str> {
+    pub(crate) fn text(&self, s: StrSpan) -> std::borrow::Cow<'a, str> {
         text_of(self.buf, s)
     }
 }
 
 /// The text of a string span of `buf`, unescaped when needed (lossy for invalid UTF-8).
-pub fn text_of(buf: &[u8], s: StrSpan) -> std::borrow::Cow<'_, str> {
+pub(crate) fn text_of(buf: &[u8], s: StrSpan) -> std::borrow::Cow<'_, str> {
     let raw = &buf[s.start..s.end];
     if !s.escaped {
         if raw.is_ascii() {
@@ -562,7 +377,7 @@ pub fn text_of(buf: &[u8], s: StrSpan) -> std::borrow::Cow<'_, str> {
 
 /// Whether the string span holds exactly `want` (escapes decoded).
 #[inline(always)]
-pub fn str_is(buf: &[u8], s: StrSpan, want: &str) -> bool {
+pub(crate) fn str_is(buf: &[u8], s: StrSpan, want: &str) -> bool {
     if !s.escaped {
         return &buf[s.start..s.end] == want.as_bytes();
     }
@@ -618,13 +433,13 @@ fn unescape(raw: &[u8]) -> String {
 }
 
 /// `text` as a JSON string literal.
-pub fn quote(text: &str) -> String {
+pub(crate) fn quote(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 2);
     push_quoted(&mut out, text);
     out
 }
 
-pub fn push_quoted(out: &mut String, text: &str) {
+pub(crate) fn push_quoted(out: &mut String, text: &str) {
     out.push('"');
     for c in text.chars() {
         match c {
@@ -697,28 +512,6 @@ mod tests {
     fn deep_nesting_does_not_recurse() {
         let deep = "[".repeat(100_000) + &"]".repeat(100_000);
         assert_eq!(skip(&deep), Ok(deep.len()));
-    }
-
-    #[test]
-    fn special_bytes_are_found_wherever_they_are() {
-        // every offset of a block, and the tail after the last whole one, on the path
-        // this build takes (SSE2, or the words of `--cfg cgfast_portable`)
-        for len in 0..40 {
-            for at in 0..=len {
-                for special in [b'"', b'\\', 0x00, 0x1f] {
-                    let mut buf = vec![b'a'; len];
-                    buf.extend_from_slice(b" \x7f\xe9~");
-                    let end = buf.len();
-                    if at < end {
-                        buf[at] = special;
-                    }
-                    for from in [0, at.min(3)] {
-                        let want = buf[from..].iter().position(|&b| is_special(b)).map(|k| from + k);
-                        assert_eq!(special_byte(&buf, from), want, "{len} {at} {special} {from}");
-                    }
-                }
-            }
-        }
     }
 
     #[test]

@@ -10,7 +10,7 @@ use crate::json::{push_quoted, Cursor, Scalar, Scan, ScanError};
 const MAX_DEPTH: usize = 512;
 
 /// Parse a whole document; trailing bytes other than white space are an error.
-pub fn parse(bytes: &[u8]) -> Result<Value, (usize, &'static str)> {
+pub(crate) fn parse(bytes: &[u8]) -> Result<Value, (usize, &'static str)> {
     let mut cursor = Cursor::new(bytes, 0);
     let value = value(&mut cursor, 0).map_err(|e| describe(e, bytes.len()))?;
     match cursor.peek() {
@@ -93,7 +93,7 @@ fn number(token: &[u8]) -> Value {
 }
 
 /// Append `value` as compact JSON.
-pub fn write(value: &Value, out: &mut String) {
+pub(crate) fn write(value: &Value, out: &mut String) {
     match value {
         Value::None => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),

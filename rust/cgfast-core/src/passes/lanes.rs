@@ -15,16 +15,16 @@ use crate::passes::{
 
 /// Which of the lane passes to run, and how.
 #[derive(Clone, Copy, Debug)]
-pub struct LanePasses {
+pub(crate) struct LanePasses {
     /// `_move_overlapping_to_stream`: (default stream, overlap stream).
-    pub overlap: Option<(i64, i64)>,
+    pub(crate) overlap: Option<(i64, i64)>,
     /// `_fix_overlapping_timestamps`: the largest overlap (µs) taken for jitter.
-    pub max_adjust_us: Option<f64>,
-    pub odd: OddEvents,
+    pub(crate) max_adjust_us: Option<f64>,
+    pub(crate) odd: OddEvents,
 }
 
 /// What the lane passes read, taken from the index once every event has its lane.
-pub struct LanePlan {
+pub(crate) struct LanePlan {
     timed: Vec<Timed>,
     /// Candidates without a numeric start (only where odd events are refused): position,
     /// lane, whether a kernel, and why the reference would fail on them.
@@ -65,7 +65,7 @@ impl LaneTable {
 }
 
 /// The lane passes' decisions, by position in `index.events`.
-pub struct LaneDecisions {
+pub(crate) struct LaneDecisions {
     lanes: Vec<Option<KeyId>>,
     overlap_lane: Option<u32>,
     passes: LanePasses,
@@ -78,9 +78,9 @@ pub struct LaneDecisions {
 
 /// What the passes did: each either ran or refused the trace and changed nothing.
 #[derive(Clone, Debug, PartialEq)]
-pub struct LaneOutcome {
-    pub moved: Result<u64, Refused>,
-    pub fixed: Result<Fixed, Refused>,
+pub(crate) struct LaneOutcome {
+    pub(crate) moved: Result<u64, Refused>,
+    pub(crate) fixed: Result<Fixed, Refused>,
 }
 
 /// The first refusal of `refusals` (in position order) as the reference meets it:
@@ -99,7 +99,7 @@ fn first_refusal(refusals: impl Iterator<Item = (u32, Refusal)>) -> Option<Refus
 
 impl LanePlan {
     /// The candidates of the passes asked for.
-    pub fn gather(index: &TraceIndex, passes: LanePasses) -> LanePlan {
+    pub(crate) fn gather(index: &TraceIndex, passes: LanePasses) -> LanePlan {
         let mut table = LaneTable::default();
         // room for every tracked event: what is not used is never touched
         let mut timed = Vec::with_capacity(index.events.len());
@@ -148,13 +148,13 @@ impl LanePlan {
 
     /// Whether the plan may be decided before the annotate pass removes noise and
     /// metadata (none of its candidates is metadata, which that pass may remove).
-    pub fn holds_metadata(&self) -> bool {
+    pub(crate) fn holds_metadata(&self) -> bool {
         self.holds_metadata
     }
 
     /// The passes' decisions: the first in start order on the default lane's kernels,
     /// the second on every lane in start order.
-    pub fn decide(mut self) -> LaneDecisions {
+    pub(crate) fn decide(mut self) -> LaneDecisions {
         if self.too_many_lanes {
             self.timed.clear();
             self.unstarted.clear();
@@ -284,7 +284,7 @@ impl LanePlan {
 
 impl LaneDecisions {
     /// Apply to the index the plan was gathered from.
-    pub fn apply(self, index: &mut TraceIndex) -> LaneOutcome {
+    pub(crate) fn apply(self, index: &mut TraceIndex) -> LaneOutcome {
         let mut lanes = self.lanes;
         // as the reference's pass makes it: the overlap lane's key exists wherever the
         // default stream has one and the pass ran (and only there can a kernel move)
@@ -327,7 +327,7 @@ impl LaneDecisions {
 }
 
 /// Run the passes asked for on `index`.
-pub fn run(index: &mut TraceIndex, passes: LanePasses) -> LaneOutcome {
+pub(crate) fn run(index: &mut TraceIndex, passes: LanePasses) -> LaneOutcome {
     LanePlan::gather(index, passes).decide().apply(index)
 }
 

@@ -2,8 +2,10 @@
 //! each graphed event goes to, what is noise, which lanes need names, which
 //! overlapping kernels move aside, and which timestamps are jitter to repair.
 
+mod flow_table;
 pub(crate) mod lanes;
-pub mod recover;
+pub(crate) mod names;
+pub(crate) mod recover;
 pub(crate) mod spans;
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
@@ -11,11 +13,12 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use crate::annotations::Resolved;
 use crate::index::keys::{Key, KeyId, Num, Spelling};
 use crate::index::{pack, unpack, Cat, Kept, Node, NodeId, Ph, TraceIndex, Tracked, NONE};
+use flow_table::{place_of, FlowsByPlace};
 use lanes::LanePasses;
 
 /// Which flow-finish events follow a graphed event when it changes lanes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FlowLink {
+pub(crate) enum FlowLink {
     /// The reference: flows at the event's `(tid, ts)`, moved once, by `annotate_trace`.
     AtTidTs,
     /// cgfast's pipeline: flows at the event's `(pid, tid, ts)` end wherever it ends.
@@ -23,13 +26,13 @@ pub enum FlowLink {
 }
 
 /// The annotations a pass can look up by node id.
-pub trait Lookup {
+pub(crate) trait Lookup {
     /// `None` when the node has no annotation, else the lane it asks for.
     fn stream_of(&self, node: NodeId) -> Option<Option<i64>>;
 }
 
 /// A resolved annotation: what lane it asks for.
-pub trait AsksLane {
+pub(crate) trait AsksLane {
     fn lane(&self) -> Option<i64>;
 }
 
@@ -46,114 +49,23 @@ impl<T: AsksLane, S: std::hash::BuildHasher> Lookup for std::collections::HashMa
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Annotated {
-    pub annotated: u64,
-    pub noise_removed: u64,
-    pub metadata_removed: u64,
+pub(crate) struct Annotated {
+    pub(crate) annotated: u64,
+    pub(crate) noise_removed: u64,
+    pub(crate) metadata_removed: u64,
     /// The pid of the GPU process (of the first `stream ...` thread name; 0 if none).
-    pub gpu_pid: Key,
-    pub gpu_pid_spelling: Spelling,
+    pub(crate) gpu_pid: Key,
+    pub(crate) gpu_pid_spelling: Spelling,
     /// The tracked event that `gpu_pid` was read from.
-    pub gpu_pid_event: Option<usize>,
+    pub(crate) gpu_pid_event: Option<usize>,
     /// Lanes that get a new `thread_name`, in order, spelled as their first work event
     /// has them (Python's set of lanes keeps the first of equal values).
-    pub named_lanes: Vec<(KeyId, Spelling)>,
-}
-
-/// Flows by their (tid, ts), in a table where places close in time sit close together:
-/// events and flows are walked in file order, which is nearly time order, so the lookups
-/// stay in cache. Each slot holds its first flow, then a chain through the others (which
-/// may include other places that land alike: lookups check). The reference indexes a
-/// `ts` that is not a number too (the dict API keeps its key).
-struct FlowsByPlace {
-    first_at: Vec<u32>,
-    mask: u64,
-    next_at: Vec<u32>,
-    by_time: bool,
-}
-
-type Place = (KeyId, Key);
-
-fn place_of(index: &TraceIndex, tid: KeyId, kept: Kept) -> Option<Place> {
-    index.ts_key(kept).map(|ts| (tid, ts))
-}
-
-/// Where a place goes in the table: by its whole microseconds, offset by lane, or (for
-/// traces whose places crowd into few microseconds) by a hash of the place.
-fn place_slot(place: &Place, by_time: bool) -> u64 {
-    use std::hash::BuildHasher;
-    let time = match place.1 {
-        Key::Int(i) if by_time => i as u64,
-        Key::Float(bits) if by_time => f64::from_bits(bits) as i64 as u64,
-        _ => return rustc_hash::FxBuildHasher.hash_one(place),
-    };
-    time.wrapping_add((place.0 as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
-}
-
-impl FlowsByPlace {
-    fn new(index: &TraceIndex) -> FlowsByPlace {
-        Self::build(index, true)
-            .unwrap_or_else(|| Self::build(index, false).expect("a hashed table takes any trace"))
-    }
-
-    /// The table, or `None` when laid out by time and more than one flow in eight
-    /// shares its microsecond and lane with another place (lookups would walk long chains).
-    fn build(index: &TraceIndex, by_time: bool) -> Option<FlowsByPlace> {
-        let slots = (index.flows.len() * 2).next_power_of_two().max(16);
-        let mask = slots as u64 - 1;
-        let mut first_at: Vec<u32> = vec![NONE; slots];
-        let mut next_at: Vec<u32> = vec![NONE; index.flows.len()];
-        let mut crowded = 0;
-        for i in (0..index.flows.len()).rev() {
-            if let Some(place) = place_of(index, index.flows[i].tid, Kept::Flow(i)) {
-                let at = place_slot(&place, by_time);
-                let slot = &mut first_at[(at & mask) as usize];
-                if by_time && *slot != NONE {
-                    let head = place_of(index, index.flows[*slot as usize].tid, Kept::Flow(*slot as usize));
-                    // another place in the same microsecond of the same lane (not one that
-                    // only lands alike, as in any table)
-                    if head != Some(place) && head.is_some_and(|h| place_slot(&h, true) == at) {
-                        crowded += 1;
-                        if crowded > index.flows.len() / 8 + 16 {
-                            return None;
-                        }
-                    }
-                }
-                next_at[i] = *slot;
-                *slot = i as u32;
-            }
-        }
-        Some(FlowsByPlace { first_at, mask, next_at, by_time })
-    }
-
-    /// The first flow of the chain that holds the flows at `place`.
-    fn first(&self, place: &Place) -> Option<u32> {
-        self.first_at
-            .get((place_slot(place, self.by_time) & self.mask) as usize)
-            .copied()
-            .filter(|&f| f != NONE)
-    }
-
-    /// The flows at `place`.
-    fn at<'a>(&'a self, index: &'a TraceIndex, place: Place, first: u32) -> impl Iterator<Item = usize> + 'a {
-        let mut next = first;
-        std::iter::from_fn(move || {
-            while next != NONE {
-                let f = next as usize;
-                next = self.next_at[f];
-                let flow = &index.flows[f];
-                if flow.tid == place.0 && index.ts_key(Kept::Flow(f)) == Some(place.1) {
-                    return Some(f);
-                }
-            }
-            None
-        })
-    }
+    pub(crate) named_lanes: Vec<(KeyId, Spelling)>,
 }
 
 /// `annotate_trace`: annotate and re-lane graphed events, drop replicated noise, tidy
 /// the lane metadata.
-pub fn annotate(
+pub(crate) fn annotate(
     index: &mut TraceIndex,
     annotations: &impl Lookup,
     default_stream: i64,
@@ -166,13 +78,18 @@ pub fn annotate(
 
 /// Step 2 of `annotate_trace` for the events alone: each takes the lane its annotation
 /// asks for, or `default_stream`. How many were annotated.
-pub fn relane(index: &mut TraceIndex, annotations: &impl Lookup, default_stream: i64, link: FlowLink) -> u64 {
+pub(crate) fn relane(
+    index: &mut TraceIndex,
+    annotations: &impl Lookup,
+    default_stream: i64,
+    link: FlowLink,
+) -> u64 {
     relane_with(index, annotations, default_stream, link, Relane::Move { kept: None })
 }
 
 /// How [`relane_with`] treats the lanes.
 #[derive(Clone, Copy, Debug)]
-pub enum Relane {
+pub(crate) enum Relane {
     /// Every event takes the lane its annotation asks for, but those an earlier run moved
     /// to the `kept` lane (the overlap stream) stay there: on its own output the overlap
     /// pass then finds what it left, even where the timestamp repair since took an
@@ -183,7 +100,7 @@ pub enum Relane {
 }
 
 /// [`relane`], with the lanes treated as `lanes` says.
-pub fn relane_with(
+pub(crate) fn relane_with(
     index: &mut TraceIndex,
     annotations: &impl Lookup,
     default_stream: i64,
@@ -221,7 +138,7 @@ pub fn relane_with(
 
 /// The flows at the places of the events that move them: found once the events have
 /// their lanes, moved by [`after_relane`]. Only the table's chains are kept meanwhile.
-pub struct FlowVisits {
+pub(crate) struct FlowVisits {
     chains: FlowsByPlace,
     /// Each visited event with the first flow of its slot; looked up here and walked
     /// after, so that the lookups' cache misses overlap.
@@ -229,7 +146,7 @@ pub struct FlowVisits {
 }
 
 impl FlowVisits {
-    pub fn find(index: &TraceIndex, link: FlowLink) -> FlowVisits {
+    pub(crate) fn find(index: &TraceIndex, link: FlowLink) -> FlowVisits {
         let mut flows = FlowsByPlace::new(index);
         let mut visits: Vec<(u32, u32)> = Vec::with_capacity(index.flows.len());
         for (i, e) in index.events.iter().enumerate() {
@@ -248,7 +165,12 @@ impl FlowVisits {
 
 /// The rest of `annotate_trace` once events have their lanes: flows move with them,
 /// noise goes, lanes get names.
-pub fn after_relane(index: &mut TraceIndex, link: FlowLink, annotated: u64, visits: FlowVisits) -> Annotated {
+pub(crate) fn after_relane(
+    index: &mut TraceIndex,
+    link: FlowLink,
+    annotated: u64,
+    visits: FlowVisits,
+) -> Annotated {
     let mut out = Annotated { annotated, ..Annotated::default() };
     move_flows(index, &visits.chains, visits.visits, link);
 
@@ -332,7 +254,7 @@ fn move_flows(index: &mut TraceIndex, flows: &FlowsByPlace, visits: Vec<(u32, u3
 }
 
 /// A set of lanes, by key id.
-pub struct LaneSet {
+pub(crate) struct LaneSet {
     member: Vec<bool>,
 }
 
@@ -376,7 +298,7 @@ fn unnamed_lanes(index: &TraceIndex, lanes: &LaneSet) -> Vec<(KeyId, Spelling)> 
 
 /// How the lane passes treat a candidate whose `ts` or `dur` is not a number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OddEvents {
+pub(crate) enum OddEvents {
     /// Leave it where it is (the file pipeline passes odd events through).
     Skip,
     /// Refuse the trace where the reference's Python would fail on it (the dict API).
@@ -385,7 +307,7 @@ pub enum OddEvents {
 
 /// Why the reference would fail on an event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// `event["ts"]` raises `KeyError`.
     NoTs,
     /// `ts < prev_end` raises `TypeError`.
@@ -396,9 +318,9 @@ pub enum Refusal {
 
 /// A lane pass that refused a trace: nothing was changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Refused {
-    pub event: usize,
-    pub why: Refusal,
+pub(crate) struct Refused {
+    pub(crate) event: usize,
+    pub(crate) why: Refusal,
 }
 
 /// Whether the lane passes may reorder an event: graphed work (or a graphed kernel).
@@ -414,7 +336,7 @@ pub(crate) fn is_lane_candidate(e: &Tracked, kernels_only: bool, odd: OddEvents)
 pub(crate) struct Timed {
     ts: u64,
     dur: u64,
-    pub event: u32,
+    pub(crate) event: u32,
     /// The lane, in the plan's own table of lanes, above four flag bits (so that a
     /// candidate takes 24 bytes: the plan sorts all of them).
     lane_flags: u32,
@@ -429,7 +351,7 @@ const TIMED_FLAG_BITS: u32 = 4;
 pub(crate) const TIMED_LANES: u32 = 1 << (32 - TIMED_FLAG_BITS);
 
 impl Timed {
-    pub fn new(event: usize, ts: Num, e: &Tracked) -> Timed {
+    pub(crate) fn new(event: usize, ts: Num, e: &Tracked) -> Timed {
         let flag = |int: bool, flag: u32| if int { flag } else { 0 };
         let ((ts, ts_int), (dur, dur_int)) = (pack(ts), pack(e.dur()));
         let odd = flag(e.dur_is_odd(), TIMED_DUR_ODD);
@@ -446,20 +368,20 @@ impl Timed {
         self.lane_flags & ((1 << TIMED_FLAG_BITS) - 1)
     }
 
-    pub fn lane(&self) -> u32 {
+    pub(crate) fn lane(&self) -> u32 {
         self.lane_flags >> TIMED_FLAG_BITS
     }
 
     /// Set the lane, below [`TIMED_LANES`].
-    pub fn set_lane(&mut self, lane: u32) {
+    pub(crate) fn set_lane(&mut self, lane: u32) {
         self.lane_flags = lane << TIMED_FLAG_BITS | self.flags();
     }
 
-    pub fn ts(&self) -> Num {
+    pub(crate) fn ts(&self) -> Num {
         unpack(self.ts, self.flags() & TIMED_TS_INT != 0)
     }
 
-    pub fn is_kernel(&self) -> bool {
+    pub(crate) fn is_kernel(&self) -> bool {
         self.flags() & TIMED_KERNEL != 0
     }
 
@@ -468,7 +390,7 @@ impl Timed {
     }
 
     /// `ts + dur` from `start`, refused where `dur` is not a number.
-    pub fn end_from(&self, start: Num) -> Result<Num, Refused> {
+    pub(crate) fn end_from(&self, start: Num) -> Result<Num, Refused> {
         if self.flags() & TIMED_DUR_ODD != 0 {
             return Err(Refused { event: self.event(), why: Refusal::DurNotANumber });
         }
@@ -530,13 +452,13 @@ pub(crate) enum Fix {
 }
 
 impl LaneWalk {
-    pub fn new() -> LaneWalk {
+    pub(crate) fn new() -> LaneWalk {
         LaneWalk { prev_end: Num::Float(0.0) }
     }
 
     /// `_move_overlapping_to_stream`'s step: whether `t` starts before the kernel before
     /// it ended (it moves, and the lane's end stays).
-    pub fn overlaps(&mut self, t: &Timed) -> Result<bool, Refused> {
+    pub(crate) fn overlaps(&mut self, t: &Timed) -> Result<bool, Refused> {
         if t.ts().lt(self.prev_end) {
             return Ok(true);
         }
@@ -546,7 +468,7 @@ impl LaneWalk {
 
     /// `_fix_overlapping_timestamps`'s step: an event that starts at most `limit` before
     /// the work before it ended moves to that end.
-    pub fn fix(&mut self, t: &Timed, limit: Num) -> Result<Fix, Refused> {
+    pub(crate) fn fix(&mut self, t: &Timed, limit: Num) -> Result<Fix, Refused> {
         let ts = t.ts();
         let fix = if ts.lt(self.prev_end) {
             let overlap = self.prev_end.py_sub(ts);
@@ -564,14 +486,15 @@ impl LaneWalk {
 }
 
 /// `_move_overlapping_to_stream` on the events the pipeline can order.
-pub fn move_overlapping(index: &mut TraceIndex, default_stream: i64, overlap_stream: i64) -> u64 {
+#[cfg(test)]
+pub(crate) fn move_overlapping(index: &mut TraceIndex, default_stream: i64, overlap_stream: i64) -> u64 {
     // skipped odd events leave nothing to refuse
     move_overlapping_or_refuse(index, default_stream, overlap_stream, OddEvents::Skip).unwrap_or(0)
 }
 
 /// `_move_overlapping_to_stream`: graphed kernels on `default_stream` that start
 /// before the previous one ended go to `overlap_stream` (see [`crate::passes::lanes`]).
-pub fn move_overlapping_or_refuse(
+pub(crate) fn move_overlapping_or_refuse(
     index: &mut TraceIndex,
     default_stream: i64,
     overlap_stream: i64,
@@ -586,20 +509,21 @@ pub fn move_overlapping_or_refuse(
 
 /// An overlap too large to be timestamp jitter, left as it is.
 #[derive(Clone, Debug, PartialEq)]
-pub struct LargeOverlap {
-    pub event: usize,
-    pub tid: KeyId,
-    pub overlap_us: f64,
+pub(crate) struct LargeOverlap {
+    pub(crate) event: usize,
+    pub(crate) tid: KeyId,
+    pub(crate) overlap_us: f64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Fixed {
-    pub fixed: u64,
-    pub large: Vec<LargeOverlap>,
+pub(crate) struct Fixed {
+    pub(crate) fixed: u64,
+    pub(crate) large: Vec<LargeOverlap>,
 }
 
 /// `_fix_overlapping_timestamps` on the events the pipeline can order.
-pub fn fix_timestamps(index: &mut TraceIndex, max_adjust_us: f64) -> Fixed {
+#[cfg(test)]
+pub(crate) fn fix_timestamps(index: &mut TraceIndex, max_adjust_us: f64) -> Fixed {
     // skipped odd events leave nothing to refuse
     fix_timestamps_or_refuse(index, max_adjust_us, OddEvents::Skip).unwrap_or_default()
 }
@@ -607,7 +531,7 @@ pub fn fix_timestamps(index: &mut TraceIndex, max_adjust_us: f64) -> Fixed {
 /// `_fix_overlapping_timestamps`: per lane, a graphed work event that starts at most
 /// `max_adjust_us` before the previous one ends is moved to that end (see
 /// [`crate::passes::lanes`]).
-pub fn fix_timestamps_or_refuse(
+pub(crate) fn fix_timestamps_or_refuse(
     index: &mut TraceIndex,
     max_adjust_us: f64,
     odd: OddEvents,
@@ -617,7 +541,7 @@ pub fn fix_timestamps_or_refuse(
 
 /// cgfast's fixes after the reference passes: flow arrows take their event's final
 /// place, and lanes the later passes filled (the overlap lane) get a name too.
-pub fn settle(index: &mut TraceIndex, annotated: &mut Annotated) {
+pub(crate) fn settle(index: &mut TraceIndex, annotated: &mut Annotated) {
     let mut work = LaneSet::new(&index.keys);
     for e in index.events.iter().filter(|e| e.cat.is_work() && !e.removed()) {
         work.insert(e.current_tid());
@@ -629,43 +553,10 @@ pub fn settle(index: &mut TraceIndex, annotated: &mut Annotated) {
 }
 
 #[cfg(test)]
-mod flow_table_tests {
-    use super::tests::{ev, index};
-    use super::*;
-
-    fn index_of(flows: &[(i64, f64)]) -> TraceIndex {
-        index(&flows.iter().map(|&(tid, ts)| ev("ac2g", tid, ts, 0.0, None)).collect::<Vec<_>>())
-    }
-
-    fn found(index: &TraceIndex, table: &FlowsByPlace, tid: i64, ts: f64) -> Vec<usize> {
-        let place = (index.keys.find(Key::Int(tid)).unwrap(), Key::from_num(Num::Float(ts)).unwrap());
-        table.first(&place).map(|first| table.at(index, place, first).collect()).unwrap_or_default()
-    }
-
-    #[test]
-    fn spread_places_are_laid_out_by_time_and_crowded_ones_hashed() {
-        // microseconds apart: by time
-        let spread: Vec<(i64, f64)> =
-            (0..1000).map(|i| (7 + i % 2, 1000.5 + 3.0 * i as f64)).chain([(7, 1000.5)]).collect();
-        let index = index_of(&spread);
-        let table = FlowsByPlace::new(&index);
-        assert!(table.by_time);
-        assert_eq!(found(&index, &table, 7, 1000.5), vec![0, 1000]);
-        assert_eq!(found(&index, &table, 8, 1003.5), vec![1]);
-        assert!(found(&index, &table, 7, 1003.5).is_empty());
-        // a trace in seconds: every place within a few whole units
-        let crowded: Vec<(i64, f64)> = (0..1000).map(|i| (7, 1.0 + i as f64 * 1e-4)).collect();
-        let index = index_of(&crowded);
-        let table = FlowsByPlace::new(&index);
-        assert!(!table.by_time);
-        assert_eq!(found(&index, &table, 7, 1.0 + 500.0 * 1e-4), vec![500]);
-    }
-}
-
-#[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::index::{Field, Observed};
+    use crate::index::Field;
+    use crate::read::ingest::Observed;
 
     pub(crate) struct Ev {
         cat: &'static str,

@@ -29,32 +29,32 @@ use crate::passes::{is_lane_candidate, OddEvents};
 
 /// A scope span: a prefix of the key's value over a run of events on one lane.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Span {
+pub(crate) struct Span {
     /// The dotted prefix, by index in [`Spans::names`].
-    pub name: u32,
+    pub(crate) name: u32,
     /// Whether the event it starts with has an integer start: its times are written as
     /// integers where they are whole.
-    pub integer: bool,
+    pub(crate) integer: bool,
     /// Start and end in nanoseconds ([`ticks`]) from [`Spans::base`].
-    pub start: i64,
-    pub end: i64,
+    pub(crate) start: i64,
+    pub(crate) end: i64,
 }
 
 /// The spans of a trace, with their names and lanes kept once each.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Spans {
-    pub names: Vec<String>,
+pub(crate) struct Spans {
+    pub(crate) names: Vec<String>,
     /// (pid, lane, how the first event there spells them).
-    pub lanes: Vec<(KeyId, KeyId, Spelling, Spelling)>,
-    pub base: i128,
+    pub(crate) lanes: Vec<(KeyId, KeyId, Spelling, Spelling)>,
+    pub(crate) base: i128,
     /// Each lane's spans (by index in `lanes`), in the order they open.
-    pub spans: Vec<Vec<Span>>,
+    pub(crate) spans: Vec<Vec<Span>>,
 }
 
 /// A time in whole nanoseconds, as viewers read microseconds: integers exactly, floats
 /// rounded (`None`: not finite). Spans are laid out in these, so that a viewer finds
 /// each event inside its spans however its floats round.
-pub fn ticks(n: Num) -> Option<i128> {
+pub(crate) fn ticks(n: Num) -> Option<i128> {
     match n {
         Num::Int(i) => Some(i as i128 * 1000),
         Num::Float(f) if f.is_finite() && f.abs() < 1e30 => {
@@ -80,11 +80,11 @@ fn round_to_i64(x: f64) -> i64 {
 }
 
 impl Spans {
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.spans.iter().map(Vec::len).sum()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.spans.iter().all(Vec::is_empty)
     }
 }
@@ -226,7 +226,7 @@ impl<'a, F: Fn(NodeId) -> Option<&'a str>> Places<'a, F> {
 /// Finds the spans of every lane, from the events' final lanes and starts, as work that
 /// can stop and go on on another thread (so that a thread which only takes what the
 /// machine has spare can start it, and the one that needs the spans finish it).
-pub struct SpanFinder<'i, 'a, F> {
+pub(crate) struct SpanFinder<'i, 'a, F> {
     index: &'i TraceIndex,
     places: Places<'a, F>,
     lanes: Vec<LaneSpans>,
@@ -248,7 +248,7 @@ const STOP_EVERY: usize = 1 << 10;
 
 impl<'i, 'a, F: Fn(NodeId) -> Option<&'a str>> SpanFinder<'i, 'a, F> {
     /// `value_of` gives the key's value for an annotated node.
-    pub fn new(index: &'i TraceIndex, value_of: F) -> Self {
+    pub(crate) fn new(index: &'i TraceIndex, value_of: F) -> Self {
         let places = Places {
             value_of,
             names: Vec::new(),
@@ -264,7 +264,7 @@ impl<'i, 'a, F: Fn(NodeId) -> Option<&'a str>> SpanFinder<'i, 'a, F> {
     }
 
     /// Walk on until done (`true`) or until `stop` is set.
-    pub fn run(&mut self, stop: &AtomicBool) -> bool {
+    pub(crate) fn run(&mut self, stop: &AtomicBool) -> bool {
         let events = &self.index.events;
         loop {
             let (from, to) = (self.next, events.len().min(self.next + STOP_EVERY));
@@ -310,7 +310,7 @@ impl<'i, 'a, F: Fn(NodeId) -> Option<&'a str>> SpanFinder<'i, 'a, F> {
     }
 
     /// The spans, once [`SpanFinder::run`] is done.
-    pub fn finish(self) -> Spans {
+    pub(crate) fn finish(self) -> Spans {
         assert!(matches!(self.walk, Walk::Done), "the spans were not all found");
         let places = self.places;
         Spans {
@@ -534,7 +534,14 @@ mod tests {
             .collect();
         let path = dir.join("trace.json");
         std::fs::write(&path, format!(r#"{{"traceEvents":[{}]}}"#, events.join(","))).unwrap();
-        let (mut index, _) = crate::read::scan::scan(&path, &WriteKeys::new([]), &mut |_, _| {}).unwrap();
+        let (mut index, _) = crate::read::scan::scan(
+            &path,
+            &WriteKeys::new([]),
+            2,
+            &crate::CancelToken::new(),
+            &mut |_, _| {},
+        )
+        .unwrap();
         index.events.iter_mut().for_each(Tracked::set_annotated);
         index
     }

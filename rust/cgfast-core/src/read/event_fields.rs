@@ -10,7 +10,7 @@ use crate::json::{
 /// is edited through a full parse in pass two; every other edit splices at the places
 /// recorded here.
 #[derive(Default, Debug)]
-pub struct WriteKeys {
+pub(crate) struct WriteKeys {
     /// The keys by length (up to `SHORT`), compared byte by byte: fewer and cheaper than
     /// hashing every key of every event.
     by_length: Vec<Vec<Vec<u8>>>,
@@ -23,7 +23,7 @@ pub struct WriteKeys {
 const SHORT: usize = 64;
 
 impl WriteKeys {
-    pub fn new<'a>(keys: impl IntoIterator<Item = &'a str>) -> WriteKeys {
+    pub(crate) fn new<'a>(keys: impl IntoIterator<Item = &'a str>) -> WriteKeys {
         let mut w = WriteKeys { by_length: vec![Vec::new(); SHORT], long: Default::default(), sketch: 0 };
         for k in keys {
             if k == "stream" || k == "graph node id" {

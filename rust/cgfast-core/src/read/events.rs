@@ -6,23 +6,24 @@
 use std::path::Path;
 
 use crate::json::{Cursor, Scan};
-pub use crate::read::grammar::describe;
 use crate::read::grammar::{Grammar, ScanFailure, Visit};
 use crate::read::input::Window;
+use crate::CancelToken;
 
 /// Call `visit` with the cursor at each element of `traceEvents`; it must consume the
 /// element. When the window ends inside an element `visit` returns
 /// [`ScanError::Incomplete`](crate::json::ScanError::Incomplete) and is called again on
 /// the same element with more input, so it must change nothing before the element is
-/// fully read. `progress(file_bytes_read, file_len)` is called per chunk. Returns the
-/// element count.
-pub fn for_each_event(
+/// fully read. `progress(file_bytes_read, file_len)` is called per chunk; reading fails
+/// once `cancel` is cancelled. Returns the element count.
+pub(crate) fn for_each_event(
     path: &Path,
+    cancel: &CancelToken,
     progress: &mut dyn FnMut(u64, u64),
     visit: &mut dyn FnMut(&mut Cursor<'_>) -> Scan<()>,
 ) -> Result<u64, ScanFailure> {
     let mut counted = Counted { visit, elements: 0 };
-    Grammar::at_start().walk(&mut Window::open(path)?, &mut counted, progress)?;
+    Grammar::at_start().walk(&mut Window::open(path, cancel)?, &mut counted, progress)?;
     Ok(counted.elements)
 }
 
@@ -53,13 +54,13 @@ mod tests {
         let path = dir.path().join("t.json");
         std::fs::write(&path, text).unwrap();
         let mut seen = Vec::new();
-        for_each_event(&path, &mut |_, _| {}, &mut |c| {
+        for_each_event(&path, &CancelToken::new(), &mut |_, _| {}, &mut |c| {
             let start = c.pos;
             c.skip_value()?;
             seen.push(String::from_utf8_lossy(&c.buf[start..c.pos]).into_owned());
             Ok(())
         })
-        .map_err(|f| describe(&path, f))?;
+        .map_err(|f| f.error(&path).to_string())?;
         Ok(seen)
     }
 

@@ -8,9 +8,10 @@ use std::path::Path;
 
 use crate::json::{str_is, Cursor, Scan, ScanError};
 use crate::read::input::Window;
+use crate::Error;
 
 #[derive(Debug)]
-pub enum ScanFailure {
+pub(crate) enum ScanFailure {
     Io(std::io::Error),
     /// Not a trace: the message, and the byte offset in the decompressed input.
     Invalid(String, Option<u64>),
@@ -22,26 +23,15 @@ impl From<std::io::Error> for ScanFailure {
     }
 }
 
-/// A failure to read `path` as one line.
-pub fn describe(path: &Path, failure: ScanFailure) -> String {
-    let shown = path.display();
-    match failure {
-        ScanFailure::Io(e) => format!("{shown}: {}", describe_io(&e)),
-        ScanFailure::Invalid(msg, Some(at)) => format!("{shown}: {msg} at byte {at}"),
-        ScanFailure::Invalid(msg, None) => format!("{shown}: {msg}"),
-    }
-}
-
-/// An I/O error in the words of a one-line message.
-pub fn describe_io(e: &std::io::Error) -> String {
-    match e.kind() {
-        std::io::ErrorKind::NotFound => "no such file".into(),
-        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
-        std::io::ErrorKind::UnexpectedEof => "the gzip data is truncated".into(),
-        std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData => {
-            format!("corrupt or unreadable data ({e})")
+impl ScanFailure {
+    /// The failure to read the trace `path`, as a run's error.
+    pub(crate) fn error(self, path: &Path) -> Error {
+        match self {
+            ScanFailure::Io(e) => Error::read(path, e),
+            ScanFailure::Invalid(message, offset) => {
+                Error::Syntax { path: path.to_path_buf(), message, offset }
+            }
         }
-        _ => e.to_string(),
     }
 }
 
@@ -57,7 +47,7 @@ enum State {
 }
 
 /// What the walk does with each element of `traceEvents`.
-pub trait Visit {
+pub(crate) trait Visit {
     /// The element at `c.pos` (its first byte, at `base + c.pos` in the input): consume
     /// it and return `true`, or return `false` to stop the walk before it. When the
     /// window ends inside the element, return [`ScanError::Incomplete`] having changed
@@ -70,7 +60,7 @@ pub trait Visit {
 }
 
 /// Where a walk is in the grammar.
-pub struct Grammar {
+pub(crate) struct Grammar {
     state: State,
     saw_events: bool,
 }
@@ -82,19 +72,19 @@ enum Step {
 
 impl Grammar {
     /// At the start of a trace.
-    pub fn at_start() -> Grammar {
+    pub(crate) fn at_start() -> Grammar {
         Grammar { state: State::Start, saw_events: false }
     }
 
     /// At an element of `traceEvents` (the start of a parallel scan's later segment).
-    pub fn at_event() -> Grammar {
+    pub(crate) fn at_event() -> Grammar {
         Grammar { state: State::Event, saw_events: true }
     }
 
     /// Walk `window` from its start to the end of the input, or to where `visit` stops
     /// it, refilling the window as it runs dry; `progress(input_bytes_read, input_len)`
     /// is called per refill. Returns the offset in the input where the walk ended.
-    pub fn walk(
+    pub(crate) fn walk(
         &mut self,
         window: &mut Window,
         visit: &mut impl Visit,

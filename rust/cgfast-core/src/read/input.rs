@@ -10,17 +10,20 @@ use std::thread::JoinHandle;
 
 use flate2::read::MultiGzDecoder;
 
-pub const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+use crate::read::utf8::{InvalidUtf8, Utf8Check};
+use crate::CancelToken;
+
+pub(crate) const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 const CHUNK: usize = 1 << 20;
 
 /// Whether the file starts with gzip's magic bytes.
-pub fn is_gzip_file(path: &Path) -> io::Result<bool> {
+pub(crate) fn is_gzip_file(path: &Path) -> io::Result<bool> {
     let mut magic = [0u8; 2];
     let n = read_full(&mut File::open(path)?, &mut magic)?;
     Ok(n == 2 && magic == GZIP_MAGIC)
 }
 
-pub fn is_gzip_path(path: &Path) -> bool {
+pub(crate) fn is_gzip_path(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "gz")
 }
 
@@ -130,63 +133,78 @@ impl Chunks {
 
 /// A sliding view of the decompressed input: `bytes()` starts at input offset `base`.
 /// The buffer is allocated (and zeroed) once and reused, so reading costs no memset.
-pub struct Window {
+pub(crate) struct Window {
     chunks: Chunks,
+    /// Reading fails once this is cancelled (every read of a trace comes through here).
+    cancel: CancelToken,
+    /// Where the input read is checked for invalid UTF-8.
+    utf8: Option<Utf8Check>,
     data: Vec<u8>,
     /// Where in `data` the bytes held start, and how many there are.
     start: usize,
     filled: usize,
-    pub base: u64,
+    pub(crate) base: u64,
 }
 
 impl Window {
-    pub fn open(path: &Path) -> io::Result<Window> {
-        Self::open_at(path, 0)
+    pub(crate) fn open(path: &Path, cancel: &CancelToken) -> io::Result<Window> {
+        Self::open_at_in(path, 0, Vec::new(), cancel)
     }
 
-    /// The input from (decompressed) offset `start`.
-    pub fn open_at(path: &Path, start: u64) -> io::Result<Window> {
-        Self::open_at_in(path, start, Vec::new())
+    /// The input from (decompressed) offset `start`, held in `buffer` (what an earlier
+    /// window gave back with [`Window::into_buffer`]): its memory is already mapped, so
+    /// it is neither zeroed nor faulted in again.
+    pub(crate) fn open_at_in(
+        path: &Path,
+        start: u64,
+        buffer: Vec<u8>,
+        cancel: &CancelToken,
+    ) -> io::Result<Window> {
+        Ok(Self::with(Chunks::open(path, start, false)?, start, buffer, cancel))
     }
 
-    /// As [`Window::open_at`], holding the input in `buffer` (what an earlier window
-    /// gave back with [`Window::into_buffer`]): its memory is already mapped, so it is
-    /// neither zeroed nor faulted in again.
-    pub fn open_at_in(path: &Path, start: u64, buffer: Vec<u8>) -> io::Result<Window> {
-        Ok(Self::with(Chunks::open(path, start, false)?, start, buffer))
+    /// Check what is read from now on for invalid UTF-8, up to offset `until` (to the
+    /// end for `None`); [`Window::invalid_utf8`] says what was found.
+    pub(crate) fn check_utf8(&mut self, until: Option<u64>) {
+        self.utf8 = Some(Utf8Check::new(until));
+    }
+
+    /// The invalid UTF-8 found since [`Window::check_utf8`].
+    pub(crate) fn invalid_utf8(&mut self) -> InvalidUtf8 {
+        self.utf8.take().map(Utf8Check::finish).unwrap_or_default()
     }
 
     /// The buffer, for the next window.
-    pub fn into_buffer(self) -> Vec<u8> {
+    pub(crate) fn into_buffer(self) -> Vec<u8> {
         self.data
     }
 
     /// The input, read ahead on a thread of its own while the caller works on what it
     /// holds: for a caller that leaves a core free.
-    pub fn open_read_ahead(path: &Path) -> io::Result<Window> {
-        Ok(Self::with(Chunks::open(path, 0, true)?, 0, Vec::new()))
+    pub(crate) fn open_read_ahead(path: &Path, cancel: &CancelToken) -> io::Result<Window> {
+        Ok(Self::with(Chunks::open(path, 0, true)?, 0, Vec::new(), cancel))
     }
 
-    fn with(chunks: Chunks, base: u64, buffer: Vec<u8>) -> Window {
+    fn with(chunks: Chunks, base: u64, buffer: Vec<u8>, cancel: &CancelToken) -> Window {
         let data = match chunks.source {
             Source::Plain(_) if buffer.len() >= 2 * CHUNK => buffer,
             Source::Plain(_) => vec![0; 2 * CHUNK],
             Source::Ahead(_) => Vec::new(),
         };
-        Window { chunks, data, start: 0, filled: 0, base }
+        Window { chunks, cancel: cancel.clone(), utf8: None, data, start: 0, filled: 0, base }
     }
 
-    pub fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         &self.data[self.start..self.start + self.filled]
     }
 
     /// Input offset just past the bytes held.
-    pub fn end(&self) -> u64 {
+    pub(crate) fn end(&self) -> u64 {
         self.base + self.filled as u64
     }
 
     /// Forget the first `n` bytes held.
-    pub fn consume(&mut self, n: usize) {
+    pub(crate) fn consume(&mut self, n: usize) {
         assert!(n <= self.filled, "consumed more than held");
         self.start += n;
         self.filled -= n;
@@ -203,10 +221,20 @@ impl Window {
         }
     }
 
-    /// Read more input after the bytes held; 0 at the end of the input. Fails once a
-    /// stop was requested (every read of a trace comes through here).
-    pub fn fill(&mut self) -> io::Result<usize> {
-        crate::cancel::check()?;
+    /// Read more input after the bytes held; 0 at the end of the input. Fails once the
+    /// run is cancelled.
+    pub(crate) fn fill(&mut self) -> io::Result<usize> {
+        self.cancel.check()?;
+        let held = self.filled;
+        let n = self.read_more()?;
+        if let Some(check) = &mut self.utf8 {
+            check.feed(&self.data[self.start + held..self.start + self.filled], self.base + held as u64);
+        }
+        Ok(n)
+    }
+
+    /// [`Window::fill`]'s reading.
+    fn read_more(&mut self) -> io::Result<usize> {
         match &mut self.chunks.source {
             Source::Plain(file) => {
                 if self.data.len() - (self.start + self.filled) < CHUNK {
@@ -249,11 +277,11 @@ impl Window {
         }
     }
 
-    pub fn file_position(&self) -> u64 {
+    pub(crate) fn file_position(&self) -> u64 {
         self.chunks.file_position()
     }
 
-    pub fn file_len(&self) -> u64 {
+    pub(crate) fn file_len(&self) -> u64 {
         self.chunks.file_len
     }
 }
@@ -272,7 +300,7 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
 }
 
 /// Read a whole (small) file, inflating it if it is gzipped.
-pub fn read_all(path: &Path) -> io::Result<Vec<u8>> {
+pub(crate) fn read_all(path: &Path) -> io::Result<Vec<u8>> {
     let raw = std::fs::read(path)?;
     if raw.starts_with(&GZIP_MAGIC) {
         let mut out = Vec::new();
@@ -316,11 +344,12 @@ mod tests {
         let mut enc = flate2::write::GzEncoder::new(File::create(&gz).unwrap(), Compression::fast());
         enc.write_all(&data).unwrap();
         enc.finish().unwrap();
-        walk(Window::open(&plain).unwrap(), &data);
-        walk(Window::open_read_ahead(&plain).unwrap(), &data);
-        walk(Window::open(&gz).unwrap(), &data);
-        walk(Window::open_read_ahead(&gz).unwrap(), &data);
-        let mut from = Window::open_at(&plain, 1_000_003).unwrap();
+        let run = CancelToken::new();
+        walk(Window::open(&plain, &run).unwrap(), &data);
+        walk(Window::open_read_ahead(&plain, &run).unwrap(), &data);
+        walk(Window::open(&gz, &run).unwrap(), &data);
+        walk(Window::open_read_ahead(&gz, &run).unwrap(), &data);
+        let mut from = Window::open_at_in(&plain, 1_000_003, Vec::new(), &run).unwrap();
         from.fill().unwrap();
         assert_eq!(&from.bytes()[..10], &data[1_000_003..1_000_013]);
     }

@@ -1,360 +1,52 @@
 //! Pass one: stream a trace once, check that it is JSON, and build the
-//! [`TraceIndex`] plus the byte layout that pass two rewrites by.
+//! [`TraceIndex`] plus the byte [`Layout`] that pass two rewrites by: whole, or in
+//! parallel segments ([`crate::read::parallel`]).
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use crate::index::keys::{Key, Keys, Num, Spelling};
-use crate::index::{is_tracked, Cat, Field, Kept, Node, Observed, Ph, TraceIndex};
-use crate::json::{str_is, text_of, Cursor, Scalar, Scan};
-pub use crate::read::event_fields::WriteKeys;
+use crate::index::{Kept, TraceIndex};
+use crate::json::{Cursor, Scan};
+use crate::read::decode::{observe, places};
+pub(crate) use crate::read::event_fields::WriteKeys;
 use crate::read::event_fields::{self, Raw};
-pub use crate::read::grammar::ScanFailure;
+pub(crate) use crate::read::grammar::ScanFailure;
 use crate::read::grammar::{Grammar, Visit};
 use crate::read::input::Window;
+pub(crate) use crate::read::layout::Layout;
+use crate::read::layout::{ByteSpan, FlowPlaces};
+use crate::read::parallel::{scan_parallel, SEGMENT_BYTES};
+use crate::CancelToken;
 
-/// Where a tracked event sits in the (decompressed) input, for pass two. The separators
-/// around it are found again when it is removed (rarely): they are not kept.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ByteSpan {
-    pub start: u64,
-    len: u32,
-}
-
-impl ByteSpan {
-    pub fn new(start: u64, end: u64) -> ByteSpan {
-        ByteSpan { start, len: (end - start) as u32 }
-    }
-
-    pub fn end(&self) -> u64 {
-        self.start + self.len as u64
-    }
-}
-
-/// The byte layout of `traceEvents` in the input.
-#[derive(Clone, Debug, Default)]
-pub struct Layout {
-    /// One span per tracked event, in the order of `TraceIndex::events`.
-    pub event_spans: Vec<ByteSpan>,
-    /// One span per flow, in the order of `TraceIndex::flows`.
-    pub flow_spans: Vec<ByteSpan>,
-    /// Where to splice the edits of each tracked event, and of each flow.
-    pub event_places: Vec<Places>,
-    pub flow_places: Vec<FlowPlaces>,
-    /// Offset of the `]` that closes `traceEvents`.
-    pub array_close: u64,
-    pub elements: u64,
-    pub total_len: u64,
-}
-
-impl Layout {
-    /// Add the layout of the segment after this one, leaving its vectors empty.
-    fn append(&mut self, next: &mut Layout) {
-        self.event_spans.append(&mut next.event_spans);
-        self.flow_spans.append(&mut next.flow_spans);
-        self.event_places.append(&mut next.event_places);
-        self.flow_places.append(&mut next.flow_places);
-        self.elements += next.elements;
-        self.array_close = next.array_close;
-        self.total_len = next.total_len;
-    }
-}
-
-/// A value's place in its event: offset and length, relative to the event's start.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Rel {
-    pub start: u16,
-    pub len: u16,
-}
-
-impl Rel {
-    pub const NONE: Rel = Rel { start: u16::MAX, len: 0 };
-
-    fn of(at: Option<(usize, usize)>, event_start: usize) -> Option<Rel> {
-        match at {
-            None => Some(Rel::NONE),
-            Some((s, e)) => {
-                let (start, len) = (s - event_start, e - s);
-                (start < u16::MAX as usize && len <= u16::MAX as usize)
-                    .then_some(Rel { start: start as u16, len: len as u16 })
-            }
-        }
-    }
-
-    pub fn is_some(self) -> bool {
-        self.start != u16::MAX
-    }
-}
-
-/// Where pass two splices an event's edits; `exact` is false when it must parse instead.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Places {
-    pub tid: Rel,
-    pub ts: Rel,
-    pub stream: Rel,
-    pub node: Rel,
-    /// Offset of the `}` closing `args` (`u16::MAX` without an args object).
-    pub args_close: u16,
-    pub args_empty: bool,
-    pub exact: bool,
-}
-
-/// Where a flow's `tid` and `ts` are: all that pass two ever changes in a flow.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FlowPlaces {
-    tid: Rel,
-    ts: Rel,
-    exact: bool,
-}
-
-impl FlowPlaces {
-    pub fn places(self) -> Places {
-        Places { tid: self.tid, ts: self.ts, exact: self.exact, ..Places::INEXACT }
-    }
-
-    fn of(p: Places) -> FlowPlaces {
-        FlowPlaces { tid: p.tid, ts: p.ts, exact: p.exact }
-    }
-}
-
-impl Places {
-    const INEXACT: Places = Places {
-        tid: Rel::NONE,
-        ts: Rel::NONE,
-        stream: Rel::NONE,
-        node: Rel::NONE,
-        args_close: u16::MAX,
-        args_empty: false,
-        exact: false,
-    };
-}
-
-#[inline(always)]
-fn is(buf: &[u8], s: Option<Scalar>, want: &str) -> bool {
-    matches!(s, Some(Scalar::Str(span)) if str_is(buf, span, want))
-}
-
-#[inline(always)]
-fn num(buf: &[u8], s: Scalar) -> Option<Num> {
-    match s {
-        Scalar::Number { start, end } => Num::parse(&buf[start..end]),
-        _ => None,
-    }
-}
-
-#[inline(always)]
-fn key(buf: &[u8], s: Option<Scalar>, keys: &mut Keys) -> Key {
-    match s {
-        None | Some(Scalar::Null) => Key::None,
-        Some(Scalar::Bool(b)) => Key::Int(b as i64),
-        Some(Scalar::Number { start, end }) => match Num::parse(&buf[start..end]) {
-            Some(n) => keys.num(n),
-            None => keys.unique(),
-        },
-        Some(Scalar::Str(span)) => keys.string(&text_of(buf, span)),
-        Some(Scalar::Container { .. }) => keys.unique(),
-    }
-}
-
-/// A key and how its value was written, where the key does not show it.
-#[inline(always)]
-fn spelled_key(buf: &[u8], s: Option<Scalar>, keys: &mut Keys) -> (Key, Spelling) {
-    match s {
-        Some(Scalar::Bool(b)) => (Key::Int(b as i64), Spelling::Bool),
-        Some(Scalar::Number { start, end }) => match Num::parse(&buf[start..end]) {
-            Some(n) => (keys.num(n), Spelling::of_num(n)),
-            None => (keys.unique(), Spelling::Plain),
-        },
-        _ => (key(buf, s, keys), Spelling::Plain),
-    }
-}
-
-#[inline(always)]
-fn field(buf: &[u8], s: Option<Scalar>) -> Field<Num> {
-    match s {
-        None => Field::Missing,
-        Some(s) => num(buf, s).map_or(Field::Odd, Field::Value),
-    }
-}
-
-/// `args["graph node id"]` and, where torch 2.15 split it, `args["graph id"]`, as one node.
-#[inline(always)]
-pub(crate) fn node_of(buf: &[u8], node_id: Option<Scalar>, graph_id: Option<Scalar>) -> Node {
-    let node = node(buf, node_id);
-    match graph_id {
-        None => node,
-        Some(g) => node.joined(num(buf, g).and_then(|n| match n {
-            Num::Int(i) => Some(i),
-            _ => None,
-        })),
-    }
-}
-
-#[inline(always)]
-fn node(buf: &[u8], s: Option<Scalar>) -> Node {
-    match s {
-        None => Node::Missing,
-        Some(Scalar::Null) => Node::Null,
-        Some(Scalar::Bool(false)) => Node::Zero,
-        Some(Scalar::Bool(true)) => Node::Id(1),
-        Some(Scalar::Number { start, end }) => match Num::parse(&buf[start..end]) {
-            Some(n) => Node::of_num(n),
-            None => std::str::from_utf8(&buf[start..end])
-                .ok()
-                .and_then(|t| t.parse::<crate::index::NodeId>().ok())
-                .map_or(Node::Other, Node::Id),
-        },
-        Some(_) => Node::Other,
-    }
-}
-
-#[inline(always)]
-fn dims(buf: &[u8], s: Option<Scalar>) -> Option<[u32; 3]> {
-    let Some(Scalar::Container { start, end }) = s else { return None };
-    let bytes = &buf[start..end];
-    if bytes.first() != Some(&b'[') {
-        return None;
-    }
-    let mut out = [0u32; 3];
-    let mut n = 0;
-    let mut value: Option<u32> = None;
-    for &b in &bytes[1..] {
-        match b {
-            b'0'..=b'9' => value = Some(value.unwrap_or(0).checked_mul(10)?.checked_add((b - b'0') as u32)?),
-            b',' | b']' => {
-                *out.get_mut(n)? = value.take()?;
-                n += 1;
-                if b == b']' {
-                    break;
-                }
-            }
-            b' ' | b'\n' | b'\r' | b'\t' => {}
-            _ => return None,
-        }
-    }
-    (n == 3).then_some(out)
-}
-
-/// Whether a CPU range's name starts like a replay stamp's.
-#[inline(never)]
-fn names_a_stamp(buf: &[u8], name: Option<Scalar>) -> bool {
-    match name {
-        Some(Scalar::Str(span)) if !span.escaped => {
-            buf[span.start..span.end].starts_with(crate::index::STAMP_PREFIX.as_bytes())
-        }
-        Some(Scalar::Str(span)) => text_of(buf, span).starts_with(crate::index::STAMP_PREFIX),
-        _ => false,
-    }
-}
-
-/// Index one parsed event.
-fn observe(buf: &[u8], raw: &Raw, ordinal: u32, index: &mut TraceIndex) -> Kept {
-    let cat = match raw.cat {
-        Some(Scalar::Str(span)) if !span.escaped => Cat::from_bytes(&buf[span.start..span.end]),
-        Some(Scalar::Str(span)) => Cat::from_name(&text_of(buf, span)),
-        _ => Cat::Other,
-    };
-    let ph = if is(buf, raw.ph, "M") {
-        Ph::Meta
-    } else if is(buf, raw.ph, "f") {
-        Ph::FlowFinish
-    } else {
-        Ph::Other
-    };
-    let node = if raw.args_object { node_of(buf, raw.gni, raw.graph_id) } else { Node::Missing };
-    index.split_ids |= raw.args_object && raw.graph_id.is_some();
-    let (tid, tid_spelling) = spelled_key(buf, raw.tid, &mut index.keys);
-    if !(is_tracked(cat, ph, node) || (cat == Cat::CpuAnnotation && names_a_stamp(buf, raw.name))) {
-        index.event_count += 1;
-        let id = index.keys.id(tid);
-        index.use_lane(id);
-        return Kept::Lane;
-    }
-    let name_text = match raw.name {
-        Some(Scalar::Str(span)) => Some(text_of(buf, span)),
-        _ => None,
-    };
-    let (pid, pid_spelling) = match raw.pid {
-        Some(p) => {
-            let (key, spelling) = spelled_key(buf, Some(p), &mut index.keys);
-            (Some(key), spelling)
-        }
-        None => (None, Spelling::Plain),
-    };
-    let obs = Observed {
-        ph,
-        cat,
-        name: name_text.as_deref(),
-        pid,
-        tid,
-        pid_spelling,
-        tid_spelling,
-        ts: field(buf, raw.ts),
-        dur: field(buf, raw.dur),
-        args: match raw.args {
-            None => Field::Missing,
-            Some(_) if raw.args_object => Field::Value(()),
-            Some(_) => Field::Odd,
-        },
-        node,
-        args_stream: raw.args_stream.map(|s| key(buf, Some(s), &mut index.keys)),
-        args_name_is_stream: matches!(raw.args_name, Some(Scalar::Str(span)) if text_of(buf, span).starts_with("stream ")),
-        scope_span: matches!(raw.args_cgfast, Some(Scalar::Str(span)) if text_of(buf, span) == "scope"),
-        moved_earlier: raw.original_stream,
-        replay_marker: match raw.args_cgfast {
-            Some(Scalar::Str(span)) => crate::index::ReplayMarker::from_text(&text_of(buf, span)),
-            _ => crate::index::ReplayMarker::None,
-        },
-        correlation: raw.correlation.and_then(|s| num(buf, s)).and_then(|n| match n {
-            Num::Int(i) => Some(i),
-            _ => None,
-        }),
-        grid_block: match (dims(buf, raw.grid), dims(buf, raw.block)) {
-            (Some([a, b, c]), Some([d, e, f])) => Some([a, b, c, d, e, f]),
-            _ => None,
-        },
-    };
-    index.observe(ordinal, &obs)
-}
-
-fn places(raw: &Raw, start: usize, end: usize) -> Places {
-    if end - start >= u16::MAX as usize || raw.args_conflict {
-        return Places::INEXACT;
-    }
-    let rel = |at| Rel::of(at, start);
-    match (rel(raw.tid_at), rel(raw.ts_at), rel(raw.stream_at), rel(raw.node_at)) {
-        (Some(tid), Some(ts), Some(stream), Some(node)) => Places {
-            tid,
-            ts,
-            stream,
-            node,
-            args_close: raw.args_close.map_or(u16::MAX, |c| (c - start) as u16),
-            args_empty: raw.args_empty,
-            exact: true,
-        },
-        _ => Places::INEXACT,
-    }
-}
+/// About the fewest bytes a tracked event or flow takes as profilers write them (where
+/// they take fewer, the reserved room runs out and the vectors grow).
+const MIN_EVENT_BYTES: u64 = 64;
 
 /// One scanner over a stretch of the input: the whole trace, or (for a parallel scan)
 /// the events between two element boundaries.
-struct Segment<'k> {
+pub(crate) struct Segment<'k> {
     write_keys: &'k WriteKeys,
-    index: TraceIndex,
-    layout: Layout,
+    cancel: &'k CancelToken,
+    pub(crate) index: TraceIndex,
+    pub(crate) layout: Layout,
     raw: Raw,
     /// End of the last element scanned (where a segment that stops at the next one ends).
-    prev_end: Option<u64>,
+    pub(crate) prev_end: Option<u64>,
     /// Stop at the element that starts here (the next segment's first).
     stop_at: Option<u64>,
     /// The segment's end was not where an element starts: its split was no boundary.
-    missed_stop: bool,
+    pub(crate) missed_stop: bool,
 }
 
 impl<'k> Segment<'k> {
-    fn new(write_keys: &'k WriteKeys, prev_end: Option<u64>, stop_at: Option<u64>) -> Self {
+    pub(crate) fn new(
+        write_keys: &'k WriteKeys,
+        cancel: &'k CancelToken,
+        prev_end: Option<u64>,
+        stop_at: Option<u64>,
+    ) -> Self {
         Segment {
             write_keys,
+            cancel,
             index: TraceIndex::default(),
             layout: Layout::default(),
             raw: Raw::default(),
@@ -367,7 +59,7 @@ impl<'k> Segment<'k> {
     /// Room for the events of `bytes` of input, at most one per `MIN_EVENT_BYTES`, made
     /// at once: the room is mapped memory, which costs nothing until it is used, and
     /// the vectors need not grow through the heap, where their old copies would stay.
-    fn make_room(&mut self, bytes: u64) {
+    pub(crate) fn make_room(&mut self, bytes: u64) {
         let most = (bytes / MIN_EVENT_BYTES) as usize;
         // where the system will not promise the room, the vectors grow as they go
         let _ = (self.index.events.try_reserve(most), self.index.flows.try_reserve(most));
@@ -378,8 +70,8 @@ impl<'k> Segment<'k> {
 
     /// Scan from `start` (an offset of the file, where `grammar` is) to the segment's
     /// stop or the end, reading through `buffer` (a window's, given back for the next
-    /// segment).
-    fn run(
+    /// segment), and count the invalid UTF-8 before the stop.
+    pub(crate) fn run(
         &mut self,
         mut grammar: Grammar,
         path: &Path,
@@ -387,8 +79,10 @@ impl<'k> Segment<'k> {
         buffer: &mut Vec<u8>,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(), ScanFailure> {
-        let mut window = Window::open_at_in(path, start, std::mem::take(buffer))?;
+        let mut window = Window::open_at_in(path, start, std::mem::take(buffer), self.cancel)?;
+        window.check_utf8(self.stop_at);
         let walked = grammar.walk(&mut window, self, progress);
+        self.layout.invalid_utf8 = window.invalid_utf8();
         *buffer = window.into_buffer();
         self.layout.total_len = walked?;
         Ok(())
@@ -450,345 +144,43 @@ impl Visit for Segment<'_> {
 /// Below this size a trace is scanned by one thread.
 const PARALLEL_FROM: u64 = 32 << 20;
 
-/// Read the whole trace once. `progress(file_bytes_read, file_len)` is called as it goes;
-/// `write_keys` are the keys annotations will write (see [`WriteKeys`]). Plain files
-/// are scanned in parallel segments that split at event boundaries (checked: a split
-/// that turns out not to be one falls back to a single scan).
-pub fn scan(
+/// Read the whole trace once, on up to `threads` threads. `progress(file_bytes_read,
+/// file_len)` is called as it goes; `write_keys` are the keys annotations will write
+/// (see [`WriteKeys`]). Plain files are scanned in parallel segments that split at event
+/// boundaries (checked: a split that turns out not to be one falls back to a single
+/// scan). Reading fails once `cancel` is cancelled.
+pub(crate) fn scan(
     path: &Path,
     write_keys: &WriteKeys,
+    threads: usize,
+    cancel: &CancelToken,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<(TraceIndex, Layout), ScanFailure> {
-    let threads = crate::threads().min(8);
+    let threads = threads.min(8);
     let len = std::fs::metadata(path)?.len();
     if threads > 1 && len >= PARALLEL_FROM && !crate::read::input::is_gzip_file(path)? {
-        if let Some(result) = scan_parallel(path, write_keys, threads, SEGMENT_BYTES, len, progress)? {
+        if let Some(result) = scan_parallel(path, write_keys, threads, SEGMENT_BYTES, len, cancel, progress)?
+        {
             return Ok(result);
         }
     }
-    let mut whole = Segment::new(write_keys, None, None);
+    let mut whole = Segment::new(write_keys, cancel, None, None);
     whole.run(Grammar::at_start(), path, 0, &mut Vec::new(), progress)?;
     Ok((whole.index, whole.layout))
-}
-
-/// Where an element probably starts after `from`: the `{` of `}` `,` `{` (white space
-/// allowed), with the end of the element before it. Only a guess: a string can hold it.
-fn guess_boundary(path: &Path, from: u64) -> std::io::Result<Option<(u64, u64)>> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut file = std::fs::File::open(path)?;
-    // most events are short: look at a little first
-    for size in [64 << 10, 1 << 20] {
-        file.seek(SeekFrom::Start(from))?;
-        let mut buf = vec![0u8; size];
-        let n = file.read(&mut buf)?;
-        if let Some((start, end)) = boundary_in(&buf[..n]) {
-            return Ok(Some((from + start as u64, from + end as u64)));
-        }
-        if n < size {
-            break;
-        }
-    }
-    Ok(None)
-}
-
-/// The first `}` `,` `{` in `buf`: where the `{` is and where the element before ends.
-fn boundary_in(buf: &[u8]) -> Option<(usize, usize)> {
-    let mut i = 0;
-    while let Some(k) = memchr::memchr(b'}', &buf[i..]) {
-        let close = i + k;
-        let mut j = close + 1;
-        while j < buf.len() && matches!(buf[j], b' ' | b'\n' | b'\r' | b'\t') {
-            j += 1;
-        }
-        if buf.get(j) == Some(&b',') {
-            j += 1;
-            while j < buf.len() && matches!(buf[j], b' ' | b'\n' | b'\r' | b'\t') {
-                j += 1;
-            }
-            if buf.get(j) == Some(&b'{') {
-                return Some((j, close + 1));
-            }
-        }
-        i = close + 1;
-    }
-    None
-}
-
-type Scanned = (TraceIndex, Layout);
-
-/// Plain traces are cut into segments, none shorter than this, scanned by whichever
-/// thread is free, so that a slow stretch (or a busy core) does not hold the others up.
-const SEGMENT_BYTES: u64 = 4 << 20;
-/// About the fewest bytes a tracked event or flow takes as profilers write them (where
-/// they take fewer, the reserved room runs out and the vectors grow).
-const MIN_EVENT_BYTES: u64 = 64;
-const MAX_SEGMENTS: usize = 128;
-
-/// Where segments are cut: each takes about a `2 × threads`-th of what is left, but
-/// none more than a half of `MAX_SEGMENTS`-th of the trace nor less than `min_bytes`.
-/// Short segments keep the joined index growing in order while the threads scan (see
-/// [`Joined`]); shorter ones at the end let the threads end together.
-fn segment_cuts(len: u64, threads: usize, min_bytes: u64) -> Vec<u64> {
-    let mut cuts = Vec::new();
-    let mut from = 0;
-    let most = min_bytes.max(len / (MAX_SEGMENTS as u64 / 2));
-    while cuts.len() + 1 < MAX_SEGMENTS {
-        from += ((len - from) / (2 * threads as u64)).clamp(min_bytes, most);
-        if from + min_bytes / 2 >= len {
-            break;
-        }
-        cuts.push(from);
-    }
-    cuts
-}
-
-/// Scan a plain trace in segments cut at guessed element boundaries, on `threads`
-/// threads; `None` when it has no boundary to cut at, or a cut turns out not to be one.
-fn scan_parallel(
-    path: &Path,
-    write_keys: &WriteKeys,
-    threads: usize,
-    segment_bytes: u64,
-    len: u64,
-    progress: &mut dyn FnMut(u64, u64),
-) -> Result<Option<Scanned>, ScanFailure> {
-    let cuts = element_cuts(path, len, threads, segment_bytes)?;
-    if cuts.is_empty() {
-        return Ok(None);
-    }
-    let segments = Segments::new(path, len, write_keys, cuts);
-    let threads = threads.min(segments.count());
-    let (finished_tx, finished_rx) = std::sync::mpsc::channel::<()>();
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            let finished = finished_tx.clone();
-            let segments = &segments;
-            scope.spawn(move || {
-                segments.scan_while_any_left();
-                let _ = finished.send(());
-            });
-        }
-        drop(finished_tx);
-        segments.report_progress(&finished_rx, threads, len, progress);
-    });
-    Ok(segments.into_scanned())
-}
-
-/// Where the segments start (each at an element, with the end of the element before
-/// it): one at or after each of [`segment_cuts`] that has a guessed boundary.
-fn element_cuts(
-    path: &Path,
-    len: u64,
-    threads: usize,
-    segment_bytes: u64,
-) -> std::io::Result<Vec<(u64, u64)>> {
-    let mut cuts: Vec<(u64, u64)> = Vec::new();
-    // a trace under `2 × threads` segments long still gets that many
-    let min_bytes = segment_bytes.min(len / (2 * threads as u64)).max(1);
-    for at in segment_cuts(len, threads, min_bytes) {
-        if let Some(cut) = guess_boundary(path, at)? {
-            if cuts.last().is_none_or(|last| cut.0 > last.0) {
-                cuts.push(cut);
-            }
-        }
-    }
-    Ok(cuts)
-}
-
-/// The segments of a parallel scan, taken in turn by whichever thread is free.
-struct Segments<'k> {
-    path: &'k Path,
-    len: u64,
-    write_keys: &'k WriteKeys,
-    /// Where segment `k + 1` starts, and where the element before it ends.
-    cuts: Vec<(u64, u64)>,
-    /// Bytes scanned by each segment, for progress.
-    done: Vec<AtomicU64>,
-    /// The next segment to scan.
-    next: AtomicUsize,
-    joined: std::sync::Mutex<Joined<'k>>,
-    /// The emptied vectors of joined segments, for segments still to scan: their
-    /// memory is already mapped.
-    spares: std::sync::Mutex<Vec<Spare>>,
-}
-
-impl<'k> Segments<'k> {
-    fn new(path: &'k Path, len: u64, write_keys: &'k WriteKeys, cuts: Vec<(u64, u64)>) -> Self {
-        Segments {
-            path,
-            len,
-            write_keys,
-            done: (0..cuts.len() + 1).map(|_| AtomicU64::new(0)).collect(),
-            cuts,
-            next: AtomicUsize::new(0),
-            joined: std::sync::Mutex::new(Joined {
-                scanned: None,
-                next: 0,
-                waiting: Vec::new(),
-                failed: false,
-            }),
-            spares: std::sync::Mutex::new(Vec::new()),
-        }
-    }
-
-    fn count(&self) -> usize {
-        self.cuts.len() + 1
-    }
-
-    /// Scan segments until none is left (or one failed), each through the same buffer.
-    fn scan_while_any_left(&self) {
-        let mut buffer = Vec::new();
-        loop {
-            let k = self.next.fetch_add(1, Ordering::Relaxed);
-            if k >= self.count() {
-                break;
-            }
-            let scanned = self.scan_one(k, &mut buffer);
-            match scanned {
-                Some(segment) => {
-                    let emptied = lock(&self.joined).add(k, segment);
-                    let mut spares = lock(&self.spares);
-                    if self.next.load(Ordering::Relaxed) < self.count() {
-                        spares.extend(emptied);
-                    } else {
-                        spares.clear();
-                    }
-                }
-                None => {
-                    lock(&self.joined).failed = true;
-                    self.next.store(self.count(), Ordering::Relaxed);
-                }
-            }
-        }
-    }
-
-    /// Segment `k`, scanned; `None` when it failed or its end is no element boundary
-    /// (a split inside a string, say): the single scan decides.
-    fn scan_one(&self, k: usize, buffer: &mut Vec<u8>) -> Option<Segment<'k>> {
-        let (start, grammar, prev_end) = match k {
-            0 => (0, Grammar::at_start(), None),
-            _ => (self.cuts[k - 1].0, Grammar::at_event(), Some(self.cuts[k - 1].1)),
-        };
-        let stop = self.cuts.get(k).map(|c| c.0);
-        let spare = lock(&self.spares).pop();
-        let scanned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let mut segment = Segment::new(self.write_keys, prev_end, stop);
-            if let Some(spare) = spare {
-                spare.lend(&mut segment);
-            }
-            // the first segment's vectors take every other segment's entries;
-            // the others' grow as they need, their room kept for the next
-            if k == 0 {
-                segment.make_room(self.len);
-            }
-            segment
-                .run(grammar, self.path, start, buffer, &mut |d, _| {
-                    self.done[k].store(d - start, Ordering::Relaxed)
-                })
-                .map(|_| segment)
-        }));
-        let segment = scanned.ok()?.ok()?;
-        let whole = !segment.missed_stop
-            && (k == 0 || segment.layout.elements > 0)
-            && (k + 1 == self.count() || segment.prev_end == Some(self.cuts[k].1));
-        whole.then_some(segment)
-    }
-
-    /// Report the bytes scanned every 50 ms until the `threads` threads have finished.
-    fn report_progress(
-        &self,
-        finished: &std::sync::mpsc::Receiver<()>,
-        threads: usize,
-        len: u64,
-        progress: &mut dyn FnMut(u64, u64),
-    ) {
-        let mut running = threads;
-        while running > 0 {
-            match finished.recv_timeout(std::time::Duration::from_millis(50)) {
-                Ok(()) => running -= 1,
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                    progress(self.done.iter().map(|d| d.load(Ordering::Relaxed)).sum(), len)
-                }
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
-            }
-        }
-    }
-
-    /// The whole trace's index and layout, if every segment was scanned and joined.
-    fn into_scanned(self) -> Option<Scanned> {
-        let count = self.count();
-        let joined = self.joined.into_inner().unwrap_or_else(|e| e.into_inner());
-        match joined.scanned {
-            Some(scanned) if !joined.failed && joined.next == count => Some(scanned),
-            _ => None,
-        }
-    }
-}
-
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The segments scanned so far, joined in order as each one's turn comes.
-struct Joined<'k> {
-    scanned: Option<Scanned>,
-    /// The segment whose turn it is, and those that finished before theirs.
-    next: usize,
-    waiting: Vec<(usize, Segment<'k>)>,
-    failed: bool,
-}
-
-impl<'k> Joined<'k> {
-    /// Segment `k`, scanned: joined, with any that waited for it. Returns the vectors
-    /// of those joined, emptied.
-    fn add(&mut self, k: usize, segment: Segment<'k>) -> Vec<Spare> {
-        let mut emptied = Vec::new();
-        self.waiting.push((k, segment));
-        while let Some(at) = self.waiting.iter().position(|(k, _)| *k == self.next) {
-            let (_, mut segment) = self.waiting.swap_remove(at);
-            match &mut self.scanned {
-                None => self.scanned = Some((segment.index, segment.layout)),
-                Some((index, layout)) => {
-                    index.append(&mut segment.index, layout.elements as u32);
-                    layout.append(&mut segment.layout);
-                    emptied.push(Spare::of(segment));
-                }
-            }
-            self.next += 1;
-        }
-        emptied
-    }
-}
-
-/// Empty vectors of a joined segment.
-struct Spare {
-    events: Vec<crate::index::Tracked>,
-    flows: Vec<crate::index::Flow>,
-    layout: Layout,
-}
-
-impl Spare {
-    /// The vectors of a joined segment (emptied by joining it), without its counts.
-    fn of(segment: Segment<'_>) -> Spare {
-        let Layout { event_spans, flow_spans, event_places, flow_places, .. } = segment.layout;
-        let layout = Layout { event_spans, flow_spans, event_places, flow_places, ..Layout::default() };
-        Spare { events: segment.index.events, flows: segment.index.flows, layout }
-    }
-
-    fn lend(self, segment: &mut Segment<'_>) {
-        (segment.index.events, segment.index.flows, segment.layout) = (self.events, self.flows, self.layout);
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::index::keys::{Key, Num};
+    use crate::index::Node;
+    use crate::read::parallel::{boundary_in, guess_boundary, segment_cuts, MAX_SEGMENTS};
 
     fn scan_text(text: &str) -> Result<(TraceIndex, Layout), ScanFailure> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.json");
         std::fs::write(&path, text).unwrap();
-        scan(&path, &WriteKeys::default(), &mut |_, _| {})
+        scan(&path, &WriteKeys::default(), 1, &CancelToken::new(), &mut |_, _| {})
     }
 
     fn error(text: &str) -> (String, Option<u64>) {
@@ -848,7 +240,8 @@ mod tests {
 
     fn single(path: &Path) -> (TraceIndex, Layout) {
         let no_keys = WriteKeys::default();
-        let mut whole = Segment::new(&no_keys, None, None);
+        let run = CancelToken::new();
+        let mut whole = Segment::new(&no_keys, &run, None, None);
         whole.run(Grammar::at_start(), path, 0, &mut Vec::new(), &mut |_, _| {}).unwrap();
         (whole.index, whole.layout)
     }
@@ -861,6 +254,7 @@ mod tests {
         assert_eq!(a.1.event_places, b.1.event_places);
         assert_eq!(a.1.elements, b.1.elements);
         assert_eq!(a.1.array_close, b.1.array_close);
+        assert_eq!(a.1.invalid_utf8, b.1.invalid_utf8);
         assert!(a.0.events.iter().zip(&b.0.events).all(|(x, y)| x.ordinal == y.ordinal
             && x.ts() == y.ts()
             && a.0.keys.key(x.tid) == b.0.keys.key(y.tid)));
@@ -890,6 +284,7 @@ mod tests {
 
     #[test]
     fn parallel_segments_equal_one_scan() {
+        let run = CancelToken::new();
         let kernel = r#"{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.5, "dur": 2, "args": {"graph node id": 8}}"#;
         let flow = r#"{"ph": "f", "cat": "ac2g", "pid": 0, "tid": 9, "ts": 1.5}"#;
         let op = r#"{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 2, "ts": 3}"#;
@@ -907,10 +302,17 @@ mod tests {
         for (threads, segment_bytes) in
             [(2, SEGMENT_BYTES), (3, SEGMENT_BYTES), (7, SEGMENT_BYTES), (2, len / 9), (3, 64 << 10)]
         {
-            let many =
-                scan_parallel(&path, &WriteKeys::default(), threads, segment_bytes, len, &mut |_, _| {})
-                    .unwrap()
-                    .expect("every split is a boundary");
+            let many = scan_parallel(
+                &path,
+                &WriteKeys::default(),
+                threads,
+                segment_bytes,
+                len,
+                &run,
+                &mut |_, _| {},
+            )
+            .unwrap()
+            .expect("every split is a boundary");
             same(&many, &single(&path));
         }
     }
@@ -960,6 +362,7 @@ mod tests {
 
     #[test]
     fn splits_inside_strings_fall_back_to_one_scan() {
+        let run = CancelToken::new();
         // Every event holds strings that look like event boundaries.
         let decoy = r#"{"ph": "X", "cat": "cpu_op", "name": "}, {", "pid": 1, "tid": 2, "ts": 3, "args": {"s": "x}, {\"y\": 1}, {"}}"#;
         let kernel = r#"{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.5, "dur": 2, "args": {"graph node id": 8}}"#;
@@ -968,12 +371,64 @@ mod tests {
         let (path, len) = trace_file(dir.path(), "t.json", &events);
         for threads in [2, 5] {
             if let Some(many) =
-                scan_parallel(&path, &WriteKeys::default(), threads, len / 7, len, &mut |_, _| {}).unwrap()
+                scan_parallel(&path, &WriteKeys::default(), threads, len / 7, len, &run, &mut |_, _| {})
+                    .unwrap()
             {
                 same(&many, &single(&path));
             }
         }
-        let whole = scan(&path, &WriteKeys::default(), &mut |_, _| {}).unwrap();
+        let whole = scan(&path, &WriteKeys::default(), 2, &run, &mut |_, _| {}).unwrap();
         same(&whole, &single(&path));
+    }
+
+    #[test]
+    fn invalid_utf8_is_counted_once_however_the_trace_is_split() {
+        let kernel = br#"{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.5, "dur": 2, "args": {"graph node id": 8}}"#;
+        let odd = b"{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"\xff\xfe \xe2\x82\", \"pid\": 1, \"tid\": 2, \"ts\": 3}";
+        let mut text = b"{\"traceEvents\": [".to_vec();
+        for i in 0..30_000 {
+            if i > 0 {
+                text.extend_from_slice(b",\n ");
+            }
+            text.extend_from_slice(if i % 1000 == 7 { odd } else { kernel });
+        }
+        text.extend_from_slice(b"]}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.json");
+        std::fs::write(&path, &text).unwrap();
+        let first = text.windows(2).position(|w| w == b"\xff\xfe").unwrap() as u64;
+        let whole = single(&path);
+        assert_eq!(whole.1.invalid_utf8.count, 30 * 3, "\\xff, \\xfe and the cut-short \\xe2\\x82 of each");
+        assert_eq!(whole.1.invalid_utf8.first_at, Some(first));
+        let run = CancelToken::new();
+        for threads in [2, 3] {
+            let len = text.len() as u64;
+            let many =
+                scan_parallel(&path, &WriteKeys::default(), threads, len / 9, len, &run, &mut |_, _| {})
+                    .unwrap()
+                    .expect("every split is a boundary");
+            same(&many, &whole);
+        }
+    }
+
+    /// How fast the scanner validates a trace, against how fast it indexes it (not a
+    /// check: a measurement, run by hand):
+    /// `CGFAST_SCAN_FLOOR=TRACE cargo test --release -p cgfast-core --lib scan_floor -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement: needs CGFAST_SCAN_FLOOR=<trace>"]
+    fn scan_floor() {
+        let path = std::env::var_os("CGFAST_SCAN_FLOOR").expect("CGFAST_SCAN_FLOOR names a trace");
+        let path = Path::new(&path);
+        let data = std::fs::read(path).expect("readable");
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        for _ in 0..3 {
+            let t = std::time::Instant::now();
+            Cursor::new(&data, 0).skip_value().expect("valid JSON");
+            println!("skip_value {:.3}s", t.elapsed().as_secs_f64());
+            let t = std::time::Instant::now();
+            let (index, _) = scan(path, &WriteKeys::default(), threads, &CancelToken::new(), &mut |_, _| {})
+                .expect("a trace");
+            println!("scan {:.3}s  tracked events {}", t.elapsed().as_secs_f64(), index.events.len());
+        }
     }
 }

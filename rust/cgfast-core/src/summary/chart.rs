@@ -5,19 +5,20 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::{Row, Summary};
+use crate::Error;
 
 /// Bars drawn; the rest are summed up in a line of text.
-pub const MAX_BARS: usize = 40;
+pub(crate) const MAX_BARS: usize = 40;
 
 const WIDTH: u32 = 1100;
 const LABEL_W: u32 = 380;
 const BAR_W: u32 = 500;
 const ROW_H: u32 = 22;
 const TOP: u32 = 92;
-pub const BAR_COLOR: &str = "#4e79a7";
-pub const UNANNOTATED_COLOR: &str = "#bab0ac";
+pub(crate) const BAR_COLOR: &str = "#4e79a7";
+pub(crate) const UNANNOTATED_COLOR: &str = "#bab0ac";
 
-pub fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -34,7 +35,7 @@ pub fn escape(text: &str) -> String {
 }
 
 /// A time in µs, in the unit that reads best.
-pub fn human_time(us: f64) -> String {
+pub(crate) fn human_time(us: f64) -> String {
     if us < 1e3 {
         format!("{us:.1} µs")
     } else if us < 1e6 {
@@ -101,7 +102,7 @@ fn headline(summary: &Summary) -> (String, String) {
 }
 
 /// The chart as an SVG document.
-pub fn svg(summary: &Summary, rows: &[Row]) -> String {
+pub(crate) fn svg(summary: &Summary, rows: &[Row]) -> String {
     let (shown, rest) = rows.split_at(rows.len().min(MAX_BARS));
     let bars: Vec<Bar> = shown.iter().map(bar).collect();
     let note = rest_note(rest);
@@ -185,7 +186,7 @@ pub fn svg(summary: &Summary, rows: &[Row]) -> String {
 }
 
 /// The chart and a table of every value, as one HTML page.
-pub fn html(summary: &Summary, rows: &[Row]) -> String {
+pub(crate) fn html(summary: &Summary, rows: &[Row]) -> String {
     let (title, _) = headline(summary);
     let mut s = format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title>\n<style>\nbody {{ font-family: 'DejaVu Sans', Arial, Helvetica, sans-serif; margin: 16px; color: #222; }}\ntable {{ border-collapse: collapse; font-size: 13px; margin-top: 16px; }}\nth, td {{ padding: 3px 10px; border-bottom: 1px solid #e4e4e4; text-align: right; }}\nth:first-child, td:first-child, td.kernels {{ text-align: left; }}\ntd.kernels {{ color: #555; max-width: 520px; overflow-wrap: anywhere; }}\n</style></head><body>\n",
@@ -223,13 +224,16 @@ pub fn html(summary: &Summary, rows: &[Row]) -> String {
 }
 
 /// Write the chart to `path`: HTML for `.html`/`.htm`, SVG for `.svg`.
-pub fn write(path: &Path, summary: &Summary, rows: &[Row]) -> Result<(), String> {
+pub fn write(path: &Path, summary: &Summary, rows: &[Row]) -> Result<(), Error> {
     let ext = path.extension().map(|e| e.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
     let text = match ext.as_str() {
         "svg" if summary.hierarchy.tree => super::icicle::with_bars(summary, rows, &svg(summary, rows)),
         "svg" => svg(summary, rows),
         "html" | "htm" => html(summary, rows),
-        _ => return Err(format!("{}: the chart must be a .svg or .html file", path.display())),
+        _ => {
+            let problem = format!("must be a .svg or .html file, not {}", path.display());
+            return Err(Error::BadOption { option: "chart", problem });
+        }
     };
-    std::fs::write(path, text).map_err(|e| format!("{}: cannot write the chart ({e})", path.display()))
+    std::fs::write(path, text).map_err(|e| Error::write(path, e))
 }

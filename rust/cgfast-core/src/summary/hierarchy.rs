@@ -20,10 +20,10 @@ pub struct Hierarchy {
 }
 
 /// The segment that stands for every numbered sibling.
-pub const ANY_LAYER: &str = "*";
+pub(crate) const ANY_LAYER: &str = "*";
 
 /// The key whose values are module paths: its chart draws their tree unless told not to.
-pub const MODULE_KEY: &str = "module";
+pub(crate) const MODULE_KEY: &str = "module";
 
 impl Hierarchy {
     /// Values of `by` rolled up to `depth` segments (and numbered siblings merged with
@@ -61,7 +61,7 @@ impl Hierarchy {
 
     /// Roll up the values of a trace's kernels in place, so that every later step
     /// (busy time, attribution, replays) sees the merged values.
-    pub fn apply(&self, k: &mut Kernels) {
+    pub(crate) fn apply(&self, k: &mut Kernels) {
         if !self.rolls_up() {
             return;
         }
@@ -83,22 +83,22 @@ fn is_number(segment: &str) -> bool {
 
 /// A node of the tree of values: a dotted path, its own rows' time and its subtree's.
 #[derive(Clone, Debug, PartialEq)]
-pub struct PathNode {
+pub(crate) struct PathNode {
     /// Its last segment (`(unannotated)` for kernels without the key; empty at the root).
-    pub name: String,
+    pub(crate) name: String,
     /// The whole path, as the rows spell it.
-    pub path: String,
+    pub(crate) path: String,
     /// Attributed µs of the value that is exactly this path.
-    pub own_us: f64,
+    pub(crate) own_us: f64,
     /// Attributed µs of this path and every path under it.
-    pub total_us: f64,
-    pub share: f64,
+    pub(crate) total_us: f64,
+    pub(crate) share: f64,
     /// Kernels of this path and every path under it.
-    pub kernels: u64,
+    pub(crate) kernels: u64,
     /// Numbered children in their order, after the others, largest first.
-    pub children: Vec<PathNode>,
+    pub(crate) children: Vec<PathNode>,
     /// Kernels without the key (a child of the root only).
-    pub unannotated: bool,
+    pub(crate) unannotated: bool,
 }
 
 impl PathNode {
@@ -116,7 +116,7 @@ impl PathNode {
     }
 
     /// Levels below and including this one.
-    pub fn height(&self) -> usize {
+    pub(crate) fn height(&self) -> usize {
         1 + self.children.iter().map(PathNode::height).max().unwrap_or(0)
     }
 
@@ -161,7 +161,7 @@ fn order_key(n: &PathNode) -> (u8, f64) {
 }
 
 /// The tree of `rows` (values split at dots), under a root holding all busy time.
-pub fn tree(rows: &[Row], busy_us: f64) -> PathNode {
+pub(crate) fn tree(rows: &[Row], busy_us: f64) -> PathNode {
     let mut root = PathNode::new("", String::new());
     for r in rows {
         let node = match &r.value {

@@ -14,7 +14,7 @@ const WIDTH: u32 = 1100;
 const LEFT: f64 = 16.0;
 const INNER_W: f64 = WIDTH as f64 - 2.0 * LEFT;
 const TOP: u32 = 84;
-pub const LEVEL_H: u32 = 30;
+pub(crate) const LEVEL_H: u32 = 30;
 /// Cells narrower than this get no label.
 const MIN_LABEL_W: f64 = 24.0;
 /// A generous width per character of the 12 px labels, so that no label overflows.
@@ -185,7 +185,7 @@ impl IcicleLayout<'_> {
 }
 
 /// The icicle of `rows` as an SVG document, and its height.
-pub fn svg(summary: &Summary, rows: &[Row]) -> (String, u32) {
+pub(crate) fn svg(summary: &Summary, rows: &[Row]) -> (String, u32) {
     let busy_us = summary.busy_ns() as f64 / 1000.0;
     let root = tree(rows, busy_us);
     let levels = root.height() as u32;
@@ -221,7 +221,7 @@ pub fn svg(summary: &Summary, rows: &[Row]) -> (String, u32) {
 }
 
 /// The icicle above the bar chart, as one SVG document.
-pub fn with_bars(summary: &Summary, rows: &[Row], bars: &str) -> String {
+pub(crate) fn with_bars(summary: &Summary, rows: &[Row], bars: &str) -> String {
     let (icicle, icicle_h) = svg(summary, rows);
     let bars_h: u32 = bars
         .split("height=\"")

@@ -11,12 +11,15 @@
 //!   so the shares of all values (the unannotated ones included) sum to 100%;
 //! - a value's own *busy time*: the union of its kernels alone (what it would take
 //!   if nothing else ran; these may sum to more than the busy time).
+//!
+//! (Over 600 lines: the summary's types, their JSON and the entry points are one
+//! vocabulary, which the files beside this one share.)
 
-pub mod chart;
-pub mod hierarchy;
-pub mod icicle;
-pub mod read;
-pub mod time;
+pub(crate) mod chart;
+pub(crate) mod hierarchy;
+pub(crate) mod icicle;
+pub(crate) mod read;
+pub(crate) mod time;
 
 use std::path::{Path, PathBuf};
 
@@ -24,10 +27,13 @@ use rustc_hash::FxHashMap as HashMap;
 use serde_json::{json, Value as Json};
 
 use crate::files::many::FilesProgress;
+use crate::{CancelToken, Error};
 use hierarchy::Hierarchy;
 use read::{Kernel, Kernels, NONE};
 use time::{attribute, union_length, Interval, Spread};
 
+/// What a summary groups by and shows; `Default` holds the defaults the command line
+/// and the Python bindings show as theirs.
 #[derive(Clone, Debug)]
 pub struct SummaryOptions {
     /// The `args` key grouped by.
@@ -46,41 +52,59 @@ impl Default for SummaryOptions {
     }
 }
 
+/// One kernel name's kernels within a value.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NameTotals {
+    /// Kernels of the name.
     pub kernels: u64,
+    /// Their Σ dur, in nanoseconds.
     pub total_ns: i64,
 }
 
 /// One value's kernels, over every trace summarised.
 #[derive(Clone, Debug, Default)]
 pub struct ValueTotals {
+    /// Its kernels.
     pub kernels: u64,
     /// Σ dur.
     pub total_ns: i64,
+    /// The union of its kernels' intervals, in nanoseconds.
     pub busy_ns: i64,
+    /// The busy time attributed to its kernels, in nanoseconds.
     pub attributed_ns: f64,
+    /// Its kernels by name.
     pub by_name: HashMap<String, NameTotals>,
     /// Its attributed time in each replay it appears in (with `steps`).
     pub per_replay_ns: Vec<f64>,
 }
 
+/// One trace's totals.
 #[derive(Clone, Debug, Default)]
 pub struct TraceTotals {
+    /// The trace.
     pub path: PathBuf,
+    /// Elements of its `traceEvents`.
     pub events: u64,
+    /// Its graphed kernels (and memcpys and memsets).
     pub kernels: u64,
+    /// Their Σ dur, in nanoseconds.
     pub total_ns: i64,
+    /// Its busy time (per GPU, summed), in nanoseconds.
     pub busy_ns: i64,
     /// Distinct correlations of its graphed kernels.
     pub replays: u64,
+    /// Graphed kernels without a correlation.
     pub without_replay: u64,
+    /// Work that is not graphed (not counted).
     pub ungraphed: u64,
+    /// Its Σ dur, in nanoseconds.
     pub ungraphed_ns: i64,
+    /// Graphed events without a numeric `ts` and `dur` (not counted).
     pub unusable: u64,
     /// Of the ungraphed work, that launched by a `cudaGraphLaunch`: graphed work whose
     /// replay `cgfast annotate` left without ids (ambiguous, or matching no graph).
     pub unresolved: u64,
+    /// Their Σ dur, in nanoseconds.
     pub unresolved_ns: i64,
     /// Of the ungraphed work, that annotate marked as left by an ambiguous replay
     /// (count, nanoseconds); not in `unresolved`, which keeps the unmarked rest.
@@ -89,12 +113,18 @@ pub struct TraceTotals {
     pub unmatched: (u64, i64),
 }
 
+/// One value's kernels within one replay.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReplayValue {
+    /// The value (`None`: kernels without the key).
     pub value: Option<String>,
+    /// Its kernels in the replay.
     pub kernels: u64,
+    /// Their Σ dur, in nanoseconds.
     pub total_ns: i64,
+    /// The union of their intervals, in nanoseconds.
     pub busy_ns: i64,
+    /// The replay's busy time attributed to them, in nanoseconds.
     pub attributed_ns: f64,
 }
 
@@ -103,24 +133,37 @@ pub struct ReplayValue {
 pub struct Replay {
     /// Index into [`Summary::traces`].
     pub trace: usize,
+    /// Its `args.correlation`.
     pub correlation: i64,
+    /// When its first kernel starts, in nanoseconds.
     pub start_ns: i64,
+    /// When its last kernel ends, in nanoseconds.
     pub end_ns: i64,
+    /// Its kernels.
     pub kernels: u64,
+    /// Their Σ dur, in nanoseconds.
     pub total_ns: i64,
+    /// The union of their intervals, in nanoseconds.
     pub busy_ns: i64,
     /// By attributed time, largest first.
     pub values: Vec<ReplayValue>,
 }
 
+/// Where the GPU time of the graph replays of one or more traces goes, per value of
+/// an annotation key.
 #[derive(Clone, Debug, Default)]
 pub struct Summary {
+    /// The `args` key grouped by.
     pub by: String,
+    /// Whether it is also per replay.
     pub steps: bool,
+    /// Each trace's totals.
     pub traces: Vec<TraceTotals>,
     /// `None`: graphed kernels without the key.
     pub values: HashMap<Option<String>, ValueTotals>,
+    /// Each replay, with `steps`.
     pub replays: Vec<Replay>,
+    /// How values are rolled up, and whether the chart draws their tree.
     pub hierarchy: Hierarchy,
 }
 
@@ -154,7 +197,7 @@ fn text_of(k: &Kernels, value: u32) -> Option<String> {
 
 impl Summary {
     /// The summary of one trace's graphed kernels.
-    pub fn of_trace(path: &Path, k: &Kernels, options: &SummaryOptions) -> Summary {
+    pub(crate) fn of_trace(path: &Path, k: &Kernels, options: &SummaryOptions) -> Summary {
         let kernels = &k.kernels;
         let mut all: Vec<u32> = (0..kernels.len() as u32).collect();
         all.sort_unstable_by_key(|&i| kernels[i as usize].device);
@@ -259,6 +302,7 @@ impl Summary {
         self.replays.extend(other.replays.into_iter().map(|r| Replay { trace: r.trace + offset, ..r }));
     }
 
+    /// The busy time of all its traces, in nanoseconds.
     pub fn busy_ns(&self) -> i64 {
         self.traces.iter().map(|t| t.busy_ns).sum()
     }
@@ -293,11 +337,17 @@ fn replay_of(k: &Kernels, run: &[u32], attributed: &[f64]) -> Replay {
 /// A value's line of the report.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Row {
+    /// The value (`None`: kernels without the key).
     pub value: Option<String>,
+    /// Its kernels.
     pub kernels: u64,
+    /// Their Σ dur, in microseconds.
     pub total_us: f64,
+    /// Their mean dur, in microseconds.
     pub mean_us: f64,
+    /// The union of their intervals, in microseconds.
     pub busy_us: f64,
+    /// The busy time attributed to them, in microseconds.
     pub attributed_us: f64,
     /// attributed / the busy time of all graphed kernels, 0..1.
     pub share: f64,
@@ -359,6 +409,7 @@ impl Summary {
         rows
     }
 
+    /// The numbers above the rows.
     pub fn totals(&self) -> Totals {
         let unannotated = self.values.get(&None);
         let busy = self.busy_ns();
@@ -399,31 +450,43 @@ impl Summary {
 /// The numbers above the rows.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Totals {
+    /// Traces summarised.
     pub traces: u64,
+    /// Elements of their `traceEvents`.
     pub events: u64,
+    /// Graphed kernels.
     pub kernels: u64,
+    /// Replays (distinct correlations of graphed kernels).
     pub replays: u64,
     /// Σ dur of the graphed kernels.
     pub total_us: f64,
+    /// The busy time: the union of the graphed kernels' intervals, per trace and GPU, in microseconds.
     pub busy_us: f64,
+    /// Graphed kernels without the key.
     pub unannotated_kernels: u64,
     /// Busy time attributed to unannotated kernels.
     pub unannotated_us: f64,
     /// Share of the busy time attributed to annotated kernels.
     pub coverage: f64,
+    /// Kernels that are not graphed (not counted).
     pub ungraphed_kernels: u64,
+    /// Their Σ dur, in microseconds.
     pub ungraphed_us: f64,
+    /// Graphed events without a numeric `ts` and `dur` (not counted).
     pub unusable_events: u64,
     /// Of the ungraphed kernels, those a `cudaGraphLaunch` launched: their replay was
     /// left unresolved (ambiguous or unmatched) when the trace was annotated, and no
     /// marker says which (annotated by an older cgfast, or with `--topology-only`).
     pub unresolved_kernels: u64,
+    /// Their Σ dur, in microseconds.
     pub unresolved_us: f64,
     /// Of the ungraphed kernels, those annotate marked as left by an ambiguous replay.
     pub ambiguous_replay_kernels: u64,
+    /// Their Σ dur, in microseconds.
     pub ambiguous_replay_us: f64,
     /// Those it marked as left by a replay that matched no recorded graph.
     pub unmatched_replay_kernels: u64,
+    /// Their Σ dur, in microseconds.
     pub unmatched_replay_us: f64,
 }
 
@@ -432,6 +495,7 @@ fn spread_json(s: &Spread) -> Json {
 }
 
 impl Row {
+    /// The row as `cgfast summary --format json` writes it.
     pub fn to_json(&self) -> Json {
         let mut v = json!({
             "value": self.value,
@@ -572,35 +636,37 @@ impl Summary {
     }
 }
 
-/// Summarise one trace file.
+/// Summarise one trace file; reading stops once `cancel` is cancelled.
 pub fn summarize_file(
     path: &Path,
     options: &SummaryOptions,
+    cancel: &CancelToken,
     progress: &mut dyn FnMut(u64, u64),
-) -> Result<Summary, String> {
-    let mut kernels = read::read(path, &options.by, progress)?;
+) -> Result<Summary, Error> {
+    let mut kernels = read::read(path, &options.by, cancel, progress)?;
     options.hierarchy.apply(&mut kernels);
     Ok(Summary::of_trace(path, &kernels, options))
 }
 
 /// Summarise `paths` on `jobs` threads (0: one per core): the merged summary of those
-/// that could be read, and one message for each that could not.
+/// that could be read, and the error of each that could not.
 pub fn summarize_files(
     paths: &[PathBuf],
     options: &SummaryOptions,
     jobs: usize,
     progress: &dyn FilesProgress,
-) -> (Summary, Vec<String>) {
+    cancel: &CancelToken,
+) -> (Summary, Vec<Error>) {
     let results = crate::files::many::map(
         paths,
         jobs,
         |i, path| {
-            summarize_file(path, options, &mut |done, total| {
+            summarize_file(path, options, cancel, &mut |done, total| {
                 progress.advance(i, done as f64 / total.max(1) as f64)
             })
         },
         &mut |i, r| {
-            progress.finished(i, matches!(r, Ok(Ok(_))));
+            progress.finished(i, matches!(r, Some(Ok(_))));
             progress.show();
         },
         &mut || progress.show(),
@@ -614,9 +680,9 @@ pub fn summarize_files(
     let mut failures = Vec::new();
     for (path, result) in paths.iter().zip(results) {
         match result {
-            Ok(Ok(s)) => summary.merge(s),
-            Ok(Err(message)) => failures.push(message),
-            Err(panic) => failures.push(format!("{}: {panic}", path.display())),
+            Some(Ok(s)) => summary.merge(s),
+            Some(Err(error)) => failures.push(error),
+            None => failures.push(Error::Internal { path: path.clone() }),
         }
     }
     (summary, failures)

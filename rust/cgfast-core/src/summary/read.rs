@@ -6,51 +6,52 @@ use std::path::Path;
 use crate::index::keys::{Num, Strings};
 use crate::index::Cat;
 use crate::json::{text_of, Cursor, Scalar, Scan, StrSpan};
-use crate::read::events::{self, for_each_event};
+use crate::read::events::for_each_event;
+use crate::{CancelToken, Error};
 
 use super::time::micros_to_nanos;
 
 /// No value: the kernel lacks the annotation key, or has no `correlation`.
-pub const NONE: u32 = u32::MAX;
+pub(crate) const NONE: u32 = u32::MAX;
 
 /// A graphed kernel, memcpy or memset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Kernel {
-    pub start: i64,
-    pub end: i64,
+pub(crate) struct Kernel {
+    pub(crate) start: i64,
+    pub(crate) end: i64,
     /// The event's `pid` (its GPU), by id in [`Kernels::devices`].
-    pub device: u32,
+    pub(crate) device: u32,
     /// `args.correlation`: the launch (replay) it belongs to; `None` without one.
-    pub replay: Option<i64>,
+    pub(crate) replay: Option<i64>,
     /// `args[KEY]` by id in [`Kernels::values`]; [`NONE`] when unannotated.
-    pub value: u32,
+    pub(crate) value: u32,
     /// Its `name`, by id in [`Kernels::names`].
-    pub name: u32,
+    pub(crate) name: u32,
 }
 
 /// What a read of one trace keeps.
 #[derive(Default, Debug)]
-pub struct Kernels {
-    pub kernels: Vec<Kernel>,
-    pub values: Strings,
-    pub names: Strings,
-    pub devices: Strings,
-    pub events: u64,
+pub(crate) struct Kernels {
+    pub(crate) kernels: Vec<Kernel>,
+    pub(crate) values: Strings,
+    pub(crate) names: Strings,
+    pub(crate) devices: Strings,
+    pub(crate) events: u64,
     /// Work events with `graph node id` missing or 0 (eager launches): not summarised.
-    pub ungraphed: u64,
-    pub ungraphed_ns: i64,
+    pub(crate) ungraphed: u64,
+    pub(crate) ungraphed_ns: i64,
     /// Correlations of `cudaGraphLaunch` calls.
-    pub graph_launches: rustc_hash::FxHashSet<i64>,
+    pub(crate) graph_launches: rustc_hash::FxHashSet<i64>,
     /// (correlation, duration) of the work without a `graph node id` that has a
     /// correlation: launched by a graph, it is work whose replay cgfast left unresolved.
-    pub ungraphed_correlated: Vec<(i64, i64)>,
+    pub(crate) ungraphed_correlated: Vec<(i64, i64)>,
     /// Graphed work events without a usable `ts` and `dur`.
-    pub unusable: u64,
+    pub(crate) unusable: u64,
     /// Work without a node id that annotate marked (`args["cgfast"]`) as left by an
     /// ambiguous replay: count and nanoseconds; not in `ungraphed_correlated`.
-    pub ambiguous: (u64, i64),
+    pub(crate) ambiguous: (u64, i64),
     /// The same for unmatched replays.
-    pub unmatched: (u64, i64),
+    pub(crate) unmatched: (u64, i64),
 }
 
 #[derive(Default)]
@@ -173,7 +174,7 @@ impl Kernels {
         }
         let ts = number(buf, f.ts).and_then(micros_to_nanos);
         let dur = number(buf, f.dur).and_then(micros_to_nanos);
-        if !crate::read::scan::node_of(buf, f.node, f.graph_id).graphed() {
+        if !crate::read::decode::node_of(buf, f.node, f.graph_id).graphed() {
             self.ungraphed += 1;
             self.ungraphed_ns += dur.unwrap_or(0).max(0);
             let marker = match f.marker {
@@ -222,10 +223,15 @@ impl Kernels {
 }
 
 /// Read the graphed work of `path`, grouped later by `args[by]`.
-pub fn read(path: &Path, by: &str, progress: &mut dyn FnMut(u64, u64)) -> Result<Kernels, String> {
+pub(crate) fn read(
+    path: &Path,
+    by: &str,
+    cancel: &CancelToken,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Kernels, Error> {
     let mut kept = Kernels::default();
     let by = by.as_bytes();
-    for_each_event(path, progress, &mut |c| {
+    for_each_event(path, cancel, progress, &mut |c| {
         if c.peek()? != b'{' {
             kept.events += 1;
             return c.skip_value();
@@ -234,7 +240,7 @@ pub fn read(path: &Path, by: &str, progress: &mut dyn FnMut(u64, u64)) -> Result
         kept.keep(c.buf, fields);
         Ok(())
     })
-    .map_err(|f| events::describe(path, f))?;
+    .map_err(|f| f.error(path))?;
     Ok(kept)
 }
 
@@ -246,7 +252,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.json");
         std::fs::write(&path, text).unwrap();
-        read(&path, by, &mut |_, _| {}).unwrap()
+        read(&path, by, &CancelToken::new(), &mut |_, _| {}).unwrap()
     }
 
     #[test]

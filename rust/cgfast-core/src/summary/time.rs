@@ -3,13 +3,13 @@
 
 /// A kernel's `[start, end)` in integer nanoseconds of the trace's clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Interval {
-    pub start: i64,
-    pub end: i64,
+pub(crate) struct Interval {
+    pub(crate) start: i64,
+    pub(crate) end: i64,
 }
 
 /// Length of the union of `intervals` (sorted in place): the time at least one runs.
-pub fn union_length(intervals: &mut [Interval]) -> i64 {
+pub(crate) fn union_length(intervals: &mut [Interval]) -> i64 {
     intervals.sort_unstable_by_key(|i| i.start);
     let mut total = 0;
     let mut current: Option<Interval> = None;
@@ -30,7 +30,7 @@ pub fn union_length(intervals: &mut [Interval]) -> i64 {
 /// The busy time attributed to each interval: every instant covered by `n` intervals
 /// gives `1/n` of itself to each of them. The results sum to [`union_length`], so
 /// overlapping kernels are never counted twice.
-pub fn attribute(intervals: &[Interval]) -> Vec<f64> {
+pub(crate) fn attribute(intervals: &[Interval]) -> Vec<f64> {
     // (time, index, is_end); at one instant the order does not matter, since only
     // the time between distinct instants is shared out.
     let mut bounds: Vec<(i64, u32, bool)> = Vec::with_capacity(intervals.len() * 2);
@@ -63,7 +63,7 @@ pub fn attribute(intervals: &[Interval]) -> Vec<f64> {
 
 /// Parse a JSON number of microseconds (as Kineto writes `ts` and `dur`) into
 /// nanoseconds, exactly for up to three decimals.
-pub fn micros_to_nanos(token: &[u8]) -> Option<i64> {
+pub(crate) fn micros_to_nanos(token: &[u8]) -> Option<i64> {
     let (negative, body) = match token.first()? {
         b'-' => (true, &token[1..]),
         _ => (false, token),
@@ -96,16 +96,22 @@ pub fn micros_to_nanos(token: &[u8]) -> Option<i64> {
 /// Spread of a set of samples.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Spread {
+    /// Samples.
     pub count: usize,
+    /// The smallest.
     pub min: f64,
+    /// The median.
     pub median: f64,
+    /// The largest.
     pub max: f64,
+    /// The mean.
     pub mean: f64,
     /// Population standard deviation.
     pub stdev: f64,
 }
 
 impl Spread {
+    /// The spread of `samples` (sorted in place).
     pub fn of(samples: &mut [f64]) -> Spread {
         if samples.is_empty() {
             return Spread::default();

@@ -2,28 +2,28 @@
 
 use crate::json::edit::Set;
 use crate::json::quote;
-use crate::read::scan::Places;
+use crate::read::layout::Places;
 
 /// The `args` keys a splice replaces where they stand (see [`crate::json::edit::splice`]).
 const IN_PLACE: [&str; 2] = ["stream", "graph node id"];
 
 /// One write: key, key as JSON, value as JSON.
-pub type Quoted = (String, String, String);
+pub(crate) type Quoted = (String, String, String);
 
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Writes {
+pub(crate) struct Writes {
     /// Every write with dict semantics applied: a key keeps the place of its first
     /// write and the value of its last.
-    pub all: Vec<Quoted>,
+    pub(crate) all: Vec<Quoted>,
     /// Of those, the writes to `stream` and `graph node id`.
-    pub in_place: Vec<Quoted>,
+    pub(crate) in_place: Vec<Quoted>,
     /// The others as the members they append, `"k": v, "k2": v2`.
-    pub run: String,
+    pub(crate) run: String,
 }
 
 impl Writes {
     /// `writes` are `(key, value)` in the order the annotation makes them.
-    pub fn new(writes: &[(String, String)]) -> Writes {
+    pub(crate) fn new(writes: &[(String, String)]) -> Writes {
         let mut all: Vec<Quoted> = Vec::with_capacity(writes.len());
         for (key, value) in writes {
             match all.iter_mut().find(|w| &w.0 == key) {
@@ -46,7 +46,7 @@ impl Writes {
     }
 
     /// These writes and then `key` with `json` written as it is (not as a string).
-    pub fn with_raw(mut self, key: &str, json: &str) -> Writes {
+    pub(crate) fn with_raw(mut self, key: &str, json: &str) -> Writes {
         self.all.retain(|w| w.0 != key);
         self.all.push((key.to_string(), quote(key), json.to_string()));
         let run: Vec<String> = self
@@ -59,14 +59,14 @@ impl Writes {
         self
     }
 
-    pub fn writes_key(&self, key: &str) -> bool {
+    pub(crate) fn writes_key(&self, key: &str) -> bool {
         self.in_place.iter().any(|w| w.0 == key)
     }
 
     /// Whether [`Writes::run`] appends where dict order puts those writes, on an event
     /// with `places` that also gets a `stream` when `lane_written`: after an appended
     /// `graph node id` (a recovered one comes first), never before an appended `stream`.
-    pub fn run_fits(&self, places: &Places, lane_written: bool) -> bool {
+    pub(crate) fn run_fits(&self, places: &Places, lane_written: bool) -> bool {
         (places.stream.is_some() || (!lane_written && !self.writes_key("stream")))
             && (places.node.is_some() || !self.writes_key("graph node id"))
     }
@@ -74,7 +74,7 @@ impl Writes {
 
 /// An event's `args` writes in order: a recovered `graph node id`, the annotation's
 /// (`all` of them, or only [`Writes::in_place`]), the `stream` of its lane.
-pub fn args_writes<'b>(
+pub(crate) fn args_writes<'b>(
     args: &mut Vec<Set<'b>>,
     node: Option<&'b str>,
     writes: Option<&'b Writes>,
@@ -122,9 +122,9 @@ mod tests {
             Some(at) => {
                 let start = at + key.len() + 4;
                 let len = event[start..].find([',', '}']).unwrap();
-                crate::read::scan::Rel { start: start as u16, len: len as u16 }
+                crate::read::layout::Rel { start: start as u16, len: len as u16 }
             }
-            None => crate::read::scan::Rel::NONE,
+            None => crate::read::layout::Rel::NONE,
         };
         let args_close =
             event.find("\"args\": {").map_or(u16::MAX, |at| (at + event[at..].find('}').unwrap()) as u16);

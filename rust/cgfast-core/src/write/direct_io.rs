@@ -9,43 +9,45 @@
 use std::fs::File;
 use std::io::{self, Write};
 
+use crate::WriteMode;
+
 /// Alignment of buffers, lengths and offsets that direct I/O accepts on any device.
-pub const ALIGN: usize = 4096;
+pub(crate) const ALIGN: usize = 4096;
 
 #[derive(Clone, Copy)]
 #[repr(C, align(4096))]
 struct Page([u8; ALIGN]);
 
 /// A fixed-size byte buffer aligned for direct I/O, filled from the front.
-pub struct Block {
+pub(crate) struct Block {
     pages: Vec<Page>,
     len: usize,
 }
 
 impl Block {
     /// A block of `capacity` bytes (rounded up to whole pages).
-    pub fn new(capacity: usize) -> Block {
+    pub(crate) fn new(capacity: usize) -> Block {
         Block { pages: vec![Page([0; ALIGN]); capacity.div_ceil(ALIGN)], len: 0 }
     }
 
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.pages.len() * ALIGN
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
 
-    pub fn is_full(&self) -> bool {
+    pub(crate) fn is_full(&self) -> bool {
         self.len == self.capacity()
     }
 
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.len = 0;
     }
 
     /// Append as much of `bytes` as fits; how much did.
-    pub fn fill_from(&mut self, bytes: &[u8]) -> usize {
+    pub(crate) fn fill_from(&mut self, bytes: &[u8]) -> usize {
         let n = (self.capacity() - self.len).min(bytes.len());
         let start = self.len;
         self.all_mut()[start..start + n].copy_from_slice(&bytes[..n]);
@@ -53,7 +55,7 @@ impl Block {
         n
     }
 
-    pub fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         // SAFETY: `Page` is `repr(C)` over a byte array, so the pages are
         // `capacity()` initialised, contiguous bytes.
         let all = unsafe { std::slice::from_raw_parts(self.pages.as_ptr().cast::<u8>(), self.capacity()) };
@@ -67,28 +69,6 @@ impl Block {
     }
 }
 
-/// How the output is written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WriteMode {
-    /// Through the page cache.
-    Buffered,
-    /// Directly to the device.
-    Direct,
-    /// Buffered while that is fast, then directly.
-    Adaptive,
-}
-
-impl WriteMode {
-    /// `CGFAST_DIRECT_IO`: `0` buffered, `1` direct, unset adaptive.
-    pub fn from_env() -> WriteMode {
-        match std::env::var("CGFAST_DIRECT_IO").as_deref() {
-            Ok("0") => WriteMode::Buffered,
-            Ok("1") => WriteMode::Direct,
-            _ => WriteMode::Adaptive,
-        }
-    }
-}
-
 /// Buffered writes go in pieces of this size.
 const BUFFERED_PIECE: usize = 64 << 10;
 /// Buffered writing is judged over this many bytes at a time ...
@@ -98,7 +78,7 @@ const JUDGED_OVER: u64 = 8 << 20;
 const SLOWER_THAN_A_DEVICE: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// A file written block by block, directly to the device while it can be.
-pub struct DirectFile {
+pub(crate) struct DirectFile {
     file: File,
     /// `Direct` only once the file's descriptor has `O_DIRECT` set.
     mode: WriteMode,
@@ -110,7 +90,7 @@ pub struct DirectFile {
 
 impl DirectFile {
     /// Write `file` (positioned at 0) in `mode`; direct modes only where its file system allows.
-    pub fn new(file: File, mode: WriteMode) -> DirectFile {
+    pub(crate) fn new(file: File, mode: WriteMode) -> DirectFile {
         let mode = match mode {
             WriteMode::Direct if set_direct(&file, true).is_err() => WriteMode::Buffered,
             mode => mode,
@@ -124,13 +104,13 @@ impl DirectFile {
         }
     }
 
-    pub fn is_direct(&self) -> bool {
+    pub(crate) fn is_direct(&self) -> bool {
         self.mode == WriteMode::Direct
     }
 
     /// Write a block: directly if it is a whole number of pages (every block but the
     /// last), else the ordinary way from then on.
-    pub fn write_block(&mut self, block: &Block) -> io::Result<()> {
+    pub(crate) fn write_block(&mut self, block: &Block) -> io::Result<()> {
         let bytes = block.bytes();
         if !self.is_direct() || bytes.len() % ALIGN != 0 {
             if self.is_direct() {
@@ -193,7 +173,7 @@ impl DirectFile {
         Ok(())
     }
 
-    pub fn flush(&mut self) -> io::Result<()> {
+    pub(crate) fn flush(&mut self) -> io::Result<()> {
         self.file.flush()
     }
 }

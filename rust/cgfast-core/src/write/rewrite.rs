@@ -5,11 +5,12 @@ use std::io::{self, Write};
 use std::path::Path;
 
 use crate::read::input::Window;
-use crate::read::scan::{ByteSpan, Layout};
+use crate::read::layout::{ByteSpan, Layout};
+use crate::CancelToken;
 
 /// What happens to one element of `traceEvents`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     /// Remove it with the `,` before it and what follows that `,`, keeping any white
     /// space before the `,`: that is the input's own where an earlier run appended the
     /// element (it writes `, ` after it), so that appending it again gives back the same
@@ -20,11 +21,11 @@ pub enum Action {
 }
 
 #[derive(Clone, Copy, Debug)]
-pub struct Change {
-    pub span: ByteSpan,
+pub(crate) struct Change {
+    pub(crate) span: ByteSpan,
     /// Position in `traceEvents`.
-    pub ordinal: u64,
-    pub action: Action,
+    pub(crate) ordinal: u64,
+    pub(crate) action: Action,
 }
 
 /// The input as pass two walks it: `done` is how far it has been written out.
@@ -34,8 +35,17 @@ struct InputCursor {
 }
 
 fn changed_under_us() -> io::Error {
-    io::Error::new(io::ErrorKind::UnexpectedEof, "the trace changed while it was being read")
+    io::Error::other("the trace changed while it was being read")
 }
+
+/// Why a rewrite failed: reading the input again, or writing the output.
+#[derive(Debug)]
+pub(crate) enum RewriteError {
+    Input(io::Error),
+    Output(io::Error),
+}
+
+use RewriteError::{Input, Output};
 
 impl InputCursor {
     /// Hold the input up to `upto`, keeping what is not yet written.
@@ -51,19 +61,20 @@ impl InputCursor {
     }
 
     /// Write input bytes up to `upto` (absolute).
-    fn copy_to(&mut self, out: &mut dyn Write, upto: u64) -> io::Result<()> {
+    fn copy_to(&mut self, out: &mut dyn Write, upto: u64) -> Result<(), RewriteError> {
         while self.done < upto {
             if self.done >= self.window.end() {
                 let all = self.window.bytes().len();
                 self.window.consume(all);
-                if self.window.fill()? == 0 {
-                    return Err(changed_under_us());
+                if self.window.fill().map_err(Input)? == 0 {
+                    return Err(Input(changed_under_us()));
                 }
                 continue;
             }
             let end = upto.min(self.window.end());
             let base = self.window.base;
-            out.write_all(&self.window.bytes()[(self.done - base) as usize..(end - base) as usize])?;
+            out.write_all(&self.window.bytes()[(self.done - base) as usize..(end - base) as usize])
+                .map_err(Output)?;
             self.done = end;
         }
         Ok(())
@@ -113,10 +124,10 @@ impl InputCursor {
 }
 
 /// Writes the replacement of event `id` (its original bytes given) into the buffer.
-pub type EditEvent<'a> = dyn FnMut(usize, &[u8], &mut Vec<u8>) + 'a;
+pub(crate) type EditEvent<'a> = dyn FnMut(usize, &[u8], &mut Vec<u8>) + 'a;
 
 /// Elements appended at the end of `traceEvents`.
-pub trait Appended {
+pub(crate) trait Appended {
     /// Write them (one or more), separated by commas.
     fn write_to(&self, out: &mut dyn Write) -> io::Result<()>;
 }
@@ -130,17 +141,19 @@ impl Appended for String {
 /// Rewrite `input` into `out`, applying `changes` (in input order; `edit(id, original,
 /// replacement)` writes each replacement) and appending what `appended()` gives (asked
 /// for at the end, so that it can be made meanwhile) at the end of `traceEvents`.
-pub fn rewrite<'a>(
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn rewrite<'a>(
     input: &Path,
     layout: &Layout,
     changes: impl Iterator<Item = Change>,
     edit: &mut EditEvent,
     appended: &mut dyn FnMut() -> Vec<Box<dyn Appended + 'a>>,
     out: &mut dyn Write,
+    cancel: &CancelToken,
     progress: &mut dyn FnMut(u64, u64),
-) -> io::Result<()> {
+) -> Result<(), RewriteError> {
     let mut replacement = Vec::with_capacity(4096);
-    let mut w = InputCursor { window: Window::open_read_ahead(input)?, done: 0 };
+    let mut w = InputCursor { window: Window::open_read_ahead(input, cancel).map_err(Input)?, done: 0 };
     let mut removed: u64 = 0;
     let mut since_progress = 0u64;
     for change in changes {
@@ -149,20 +162,20 @@ pub fn rewrite<'a>(
             Action::Replace { id } => {
                 w.copy_to(out, span.start)?;
                 replacement.clear();
-                edit(id, w.slice(span.start, span.end())?, &mut replacement);
-                out.write_all(&replacement)?;
-                w.skip_to(span.end())?;
+                edit(id, w.slice(span.start, span.end()).map_err(Input)?, &mut replacement);
+                out.write_all(&replacement).map_err(Output)?;
+                w.skip_to(span.end()).map_err(Input)?;
             }
             Action::Remove => {
                 if removed == change.ordinal {
                     // Nothing before it survives: drop it with the separator after it.
                     w.copy_to(out, span.start)?;
-                    let next = w.next_element(span.end())?;
-                    w.skip_to(next)?;
+                    let next = w.next_element(span.end()).map_err(Input)?;
+                    w.skip_to(next).map_err(Input)?;
                 } else {
-                    let separator = w.previous_separator(span.start)?;
+                    let separator = w.previous_separator(span.start).map_err(Input)?;
                     w.copy_to(out, separator)?;
-                    w.skip_to(span.end())?;
+                    w.skip_to(span.end()).map_err(Input)?;
                 }
                 removed += 1;
             }
@@ -175,15 +188,19 @@ pub fn rewrite<'a>(
     let appended = appended();
     if !appended.is_empty() {
         w.copy_to(out, layout.array_close)?;
-        if removed < layout.elements {
-            out.write_all(b", ")?;
-        }
-        for (i, event) in appended.iter().enumerate() {
-            if i > 0 {
+        let mut append = || {
+            if removed < layout.elements {
                 out.write_all(b", ")?;
             }
-            event.write_to(out)?;
-        }
+            for (i, event) in appended.iter().enumerate() {
+                if i > 0 {
+                    out.write_all(b", ")?;
+                }
+                event.write_to(out)?;
+            }
+            Ok(())
+        };
+        append().map_err(Output)?;
     }
     w.copy_to(out, layout.total_len)?;
     progress(w.window.file_position(), w.window.file_len());

@@ -10,7 +10,7 @@ use crate::passes::spans::{Span, Spans};
 use crate::write::rewrite::Appended;
 
 /// The spans of a trace as `traceEvents` elements, lane by lane, separated by `,`.
-pub struct SpansJson {
+pub(crate) struct SpansJson {
     spans: Spans,
     /// Each name, quoted.
     names: Vec<String>,
@@ -18,11 +18,14 @@ pub struct SpansJson {
     places: Vec<String>,
     /// `,"args":{"cgfast":"scope","key":K}}`.
     tail: String,
+    /// Threads that format spans besides the one writing them.
+    workers: usize,
 }
 
 impl SpansJson {
-    /// `key` names the annotation key the spans show.
-    pub fn new(spans: Spans, index: &TraceIndex, key: &str) -> SpansJson {
+    /// `key` names the annotation key the spans show; `workers` threads format them
+    /// besides the one writing them.
+    pub(crate) fn new(spans: Spans, index: &TraceIndex, key: &str, workers: usize) -> SpansJson {
         let keys = &index.keys;
         let spelled = |id, spelling: Spelling| keys.to_json_spelled(keys.key(id), spelling);
         let places = spans
@@ -38,6 +41,7 @@ impl SpansJson {
             places,
             tail: format!(",\"args\":{{\"cgfast\":\"scope\",\"key\":{}}}}}", quote(key)),
             spans,
+            workers,
         }
     }
 
@@ -127,8 +131,7 @@ const AHEAD: usize = 16;
 
 impl Appended for SpansJson {
     fn write_to(&self, out: &mut dyn Write) -> io::Result<()> {
-        // the rewrite and the output's writer have a core each
-        self.write_with(out, crate::threads().saturating_sub(2).min(6))
+        self.write_with(out, self.workers)
     }
 }
 
@@ -317,7 +320,7 @@ mod tests {
             .flat_map(|(lane, s)| s.iter().map(move |&span| (lane, span)))
             .collect();
         let (names, base) = (spans.names.clone(), spans.base);
-        let json = SpansJson::new(spans, &index, "module");
+        let json = SpansJson::new(spans, &index, "module", 4);
         let mut out = Vec::new();
         json.write_to(&mut out).unwrap();
         let events: Vec<serde_json::Value> =
@@ -357,7 +360,7 @@ mod tests {
         };
         let spans =
             Spans { names, lanes, base: 1_700_000_000_000_000, spans: vec![lane_spans(0), lane_spans(5)] };
-        SpansJson::new(spans, index, "module")
+        SpansJson::new(spans, index, "module", 4)
     }
 
     #[test]
