@@ -21,7 +21,13 @@ is printed too).
 A third row per size measures node-id recovery: the same trace written without
 ``graph node id`` (as torch <= 2.12 writes it) and annotated from the recorded topology.
 
+``--baseline OTHER_BINARY`` times another build of cgfast side by side with this one
+(``--binary``, default the release build): in each case their runs alternate, one
+right after the other, and the table gains each case's baseline median and how much
+slower or faster this build's median is. ``--no-reference`` leaves the reference out.
+
     python bench/bench_annotate.py [--sizes 200,1000] [--json results.json]
+    python bench/bench_annotate.py --sizes 200 --runs 11 --no-reference --baseline /path/to/main/cgfast
 """
 
 from __future__ import annotations
@@ -132,6 +138,8 @@ def run_pair(
     with_reference: bool,
     runs: int,
     spans: str,
+    binary: str,
+    baseline: str | None,
 ) -> dict:
     out_dir = trace.parent / "out"
     out_dir.mkdir(exist_ok=True)
@@ -139,22 +147,40 @@ def run_pair(
     row = {"input": trace.name, "input_mb": trace.stat().st_size / 1e6, "json_mb": json_bytes / 1e6}
     settle([trace, ann_json, ann_pkl])
     ours = out_dir / f"cgfast{suffix}"
-    ours_argv = [
-        cgfast_binary(),
-        "annotate",
-        str(trace),
-        "-a",
-        str(ann_json),
-        "-o",
-        str(ours),
-        "--no-progress",
-        "--spans",
-        spans,
-    ]
+
+    def argv_of(build: str) -> list[str]:
+        return [
+            build,
+            "annotate",
+            str(trace),
+            "-a",
+            str(ann_json),
+            "-o",
+            str(ours),
+            "--no-progress",
+            "--spans",
+            spans,
+        ]
+
+    ours_argv = argv_of(binary)
+    if baseline is not None:
+        # the two builds alternate (which goes first alternates too), so that both meet
+        # the same stretch of a machine whose speed drifts
+        results, base_results = [], []
+        for k in range(runs):
+            pair = [(ours_argv, results), (argv_of(baseline), base_results)]
+            for argv, into in pair if k % 2 == 0 else pair[::-1]:
+                into += timed_runs(argv, ours, 1)
+        ours.unlink(missing_ok=True)
+        row["baseline_s"], row["baseline_rss"] = min(base_results)
+        row["baseline_median_s"] = statistics.median(seconds for seconds, _ in base_results)
+        row["baseline_runs_s"] = [seconds for seconds, _ in base_results]
+        with_reference = False
     # cgfast's runs go half before and half after the reference's, so that both meet the
     # same stretch of a machine whose speed drifts
     before = (runs + 1) // 2 if with_reference else runs
-    results = timed_runs(ours_argv, ours, before)
+    if baseline is None:
+        results = timed_runs(ours_argv, ours, before)
     if with_reference:
         theirs = out_dir / f"reference{suffix}"
         row["reference_s"], row["reference_rss"] = timed_runs(
@@ -163,6 +189,7 @@ def run_pair(
         theirs.unlink(missing_ok=True)
         settle([trace, ann_json])
         results += timed_runs(ours_argv, ours, runs - before)
+    ours.unlink(missing_ok=True)
     row["cgfast_s"], row["cgfast_rss"] = min(results)
     row["cgfast_median_s"] = statistics.median(seconds for seconds, _ in results)
     row["cgfast_runs_s"] = [seconds for seconds, _ in results]
@@ -171,6 +198,38 @@ def run_pair(
 
 def mb(n: float) -> str:
     return f"{n / 1e6:,.0f} MB"
+
+
+def print_against_reference(rows: list[dict]) -> None:
+    print(f"{'case':<28} {'reference':>22} {'cgfast':>32} {'speed-up':>9} {'median':>7} {'memory':>8}")
+    for r in rows:
+        ours = f"{r['cgfast_s']:6.2f} s {mb(r['cgfast_rss']):>9} {r['json_mb'] / r['cgfast_s']:6.0f} MB/s"
+        if "reference_s" in r:
+            theirs = f"{r['reference_s']:6.2f} s {mb(r['reference_rss']):>9}"
+            ratio = f"{r['reference_s'] / r['cgfast_s']:8.1f}x {r['reference_s'] / r['cgfast_median_s']:6.1f}x {r['reference_rss'] / r['cgfast_rss']:7.1f}x"
+        elif "overhead" in r:
+            theirs = f"{'(no ids: annotates nothing)':>22}"
+            ratio = f"  recovery adds {r['overhead'] * 100:+.0f}% per byte"
+        else:
+            theirs, ratio = f"{'(not run)':>22}", ""
+        print(f"{r['case']:<28} {theirs:>22} {ours:>32} {ratio}")
+    print("\nspeed-up: reference time / cgfast's fastest run (median: / its median run);")
+    print("memory: reference peak RSS / cgfast peak RSS. cgfast's runs, in seconds:")
+    for r in rows:
+        print(f"  {r['case']:<28} {' '.join(f'{t:.2f}' for t in r['cgfast_runs_s'])}")
+
+
+def print_side_by_side(rows: list[dict]) -> None:
+    print(f"{'case':<28} {'this build':>30} {'baseline':>30} {'median change':>14}")
+    for r in rows:
+        ours = f"{r['cgfast_s']:6.3f} s / {r['cgfast_median_s']:6.3f} s {mb(r['cgfast_rss']):>9}"
+        base = f"{r['baseline_s']:6.3f} s / {r['baseline_median_s']:6.3f} s {mb(r['baseline_rss']):>9}"
+        change = r["cgfast_median_s"] / r["baseline_median_s"] - 1
+        print(f"{r['case']:<28} {ours:>30} {base:>30} {change * 100:+13.1f}%")
+    print("\neach: fastest / median run, peak RSS; the runs alternate build by build. Runs, in seconds:")
+    for r in rows:
+        print(f"  {r['case']:<28} this build {' '.join(f'{t:.3f}' for t in r['cgfast_runs_s'])}")
+        print(f"  {'':<28} baseline   {' '.join(f'{t:.3f}' for t in r['baseline_runs_s'])}")
 
 
 def main() -> None:
@@ -188,8 +247,15 @@ def main() -> None:
         default="none",
         help="cgfast's --spans (default none: the reference's output; module: cgfast's default)",
     )
+    p.add_argument(
+        "--binary", help="the cgfast binary to time (default: target/release/cgfast, else on PATH)"
+    )
+    p.add_argument("--baseline", help="another cgfast binary, timed side by side with --binary")
+    p.add_argument("--no-reference", action="store_true", help="do not run the reference")
     a = p.parse_args()
-    reference = str(reference_path())
+    binary = a.binary or cgfast_binary()
+    with_reference = not a.no_reference and a.baseline is None
+    reference = str(reference_path()) if with_reference else ""
     sizes = [int(s) for s in a.sizes.split(",")]
     datasets = {(size, ids): dataset(size, node_ids=ids) for size in sizes for ids in (True, False)}
     rows = []
@@ -200,13 +266,33 @@ def main() -> None:
             rows.append(
                 {
                     "case": f"{size} MB {'gzip' if path.suffix == '.gz' else 'plain'}",
-                    **run_pair(path, ann_json, ann_pkl, json_bytes, reference, True, a.runs, a.spans),
+                    **run_pair(
+                        path,
+                        ann_json,
+                        ann_pkl,
+                        json_bytes,
+                        reference,
+                        with_reference,
+                        a.runs,
+                        a.spans,
+                        binary,
+                        a.baseline,
+                    ),
                 }
             )
         ids = rows[-2]
         noids_trace, noids_json, noids_pkl = datasets[(size, False)]
         recovered = run_pair(
-            noids_trace, noids_json, noids_pkl, noids_trace.stat().st_size, reference, False, a.runs, a.spans
+            noids_trace,
+            noids_json,
+            noids_pkl,
+            noids_trace.stat().st_size,
+            reference,
+            False,
+            a.runs,
+            a.spans,
+            binary,
+            a.baseline,
         )
         rows.append(
             {
@@ -220,21 +306,16 @@ def main() -> None:
         )
 
     print()
-    print(f"{'case':<28} {'reference':>22} {'cgfast':>32} {'speed-up':>9} {'median':>7} {'memory':>8}")
-    for r in rows:
-        ours = f"{r['cgfast_s']:6.2f} s {mb(r['cgfast_rss']):>9} {r['json_mb'] / r['cgfast_s']:6.0f} MB/s"
-        if "reference_s" in r:
-            theirs = f"{r['reference_s']:6.2f} s {mb(r['reference_rss']):>9}"
-            ratio = f"{r['reference_s'] / r['cgfast_s']:8.1f}x {r['reference_s'] / r['cgfast_median_s']:6.1f}x {r['reference_rss'] / r['cgfast_rss']:7.1f}x"
-        else:
-            theirs = f"{'(no ids: annotates nothing)':>22}"
-            ratio = f"  recovery adds {r['overhead'] * 100:+.0f}% per byte"
-        print(f"{r['case']:<28} {theirs:>22} {ours:>32} {ratio}")
-    print("\nspeed-up: reference time / cgfast's fastest run (median: / its median run);")
-    print("memory: reference peak RSS / cgfast peak RSS. cgfast's runs, in seconds:")
-    for r in rows:
-        print(f"  {r['case']:<28} {' '.join(f'{t:.2f}' for t in r['cgfast_runs_s'])}")
-    print(f"machine: {os.cpu_count()} cores; reference: {reference}; cgfast --spans {a.spans}")
+    if a.baseline is not None:
+        print_side_by_side(rows)
+        print(
+            f"machine: {os.cpu_count()} cores; this build: {binary}; baseline: {a.baseline}; --spans {a.spans}"
+        )
+    else:
+        print_against_reference(rows)
+        print(
+            f"machine: {os.cpu_count()} cores; reference: {reference or '(not run)'}; cgfast --spans {a.spans}"
+        )
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1))
 
