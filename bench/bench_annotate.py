@@ -220,13 +220,24 @@ def print_against_reference(rows: list[dict]) -> None:
 
 
 def print_side_by_side(rows: list[dict]) -> None:
-    print(f"{'case':<28} {'this build':>30} {'baseline':>30} {'median change':>14}")
+    # (a function's import: bench_spans imports this module)
+    from bench_spans import median_interval
+
+    print(f"{'case':<28} {'this build':>30} {'baseline':>30} {'per pair':>9} {'95% interval':>17}")
     for r in rows:
         ours = f"{r['cgfast_s']:6.3f} s / {r['cgfast_median_s']:6.3f} s {mb(r['cgfast_rss']):>9}"
         base = f"{r['baseline_s']:6.3f} s / {r['baseline_median_s']:6.3f} s {mb(r['baseline_rss']):>9}"
-        change = r["cgfast_median_s"] / r["baseline_median_s"] - 1
-        print(f"{r['case']:<28} {ours:>30} {base:>30} {change * 100:+13.1f}%")
-    print("\neach: fastest / median run, peak RSS; the runs alternate build by build. Runs, in seconds:")
+        # the runs of a pair ran one right after the other: their ratio leaves out how
+        # the machine's speed drifted over the whole
+        ratios = [a / b - 1 for a, b in zip(r["cgfast_runs_s"], r["baseline_runs_s"])]
+        median, low, high = median_interval(ratios)
+        interval = f"[{low * 100:+.1f}%, {high * 100:+.1f}%]"
+        print(f"{r['case']:<28} {ours:>30} {base:>30} {median * 100:+8.1f}% {interval:>17}")
+    print(
+        "\neach: fastest / median run, peak RSS; per pair: the median over pairs of runs (one right after"
+        "\nthe other, the order alternating) of this build's time over the baseline's, with the sign"
+        "\ntest's 95% interval. Runs, in seconds:"
+    )
     for r in rows:
         print(f"  {r['case']:<28} this build {' '.join(f'{t:.3f}' for t in r['cgfast_runs_s'])}")
         print(f"  {'':<28} baseline   {' '.join(f'{t:.3f}' for t in r['baseline_runs_s'])}")

@@ -74,9 +74,14 @@ impl Num {
     /// Parse a JSON number token (or Python's `NaN`/`Infinity` extensions).
     #[inline]
     pub(crate) fn parse(token: &[u8]) -> Option<Num> {
-        parse_short(token).or_else(|| Num::parse_any(token))
+        match parse_short(token) {
+            Some(n) => Some(n),
+            None => Num::parse_any(token),
+        }
     }
 
+    /// What [`parse_short`] leaves: long numbers, exponents, `NaN` and the infinities.
+    #[inline(never)]
     fn parse_any(token: &[u8]) -> Option<Num> {
         match token {
             b"NaN" => return Some(Num::Float(f64::NAN)),

@@ -5,30 +5,43 @@
 use crate::json::{Scan, ScanError};
 
 /// The offset of the first byte at or after `from` that ends or interrupts a string's
-/// plain text: `"`, `\\` or a control character.
+/// plain ASCII text: `"`, `\\`, a control character, or a byte that is not ASCII (which
+/// the string's reader checks as UTF-8).
 #[inline(always)]
 pub(crate) fn special_byte(buf: &[u8], from: usize) -> Option<usize> {
+    special_byte_of::<true>(buf, from)
+}
+
+/// [`special_byte`], passing over bytes that are not ASCII: the end of a stretch of
+/// text to check as UTF-8.
+#[inline]
+pub(crate) fn special_ascii_byte(buf: &[u8], from: usize) -> Option<usize> {
+    special_byte_of::<false>(buf, from)
+}
+
+#[inline(always)]
+fn special_byte_of<const NON_ASCII: bool>(buf: &[u8], from: usize) -> Option<usize> {
     #[cfg(all(target_arch = "x86_64", not(cgfast_portable)))]
-    let (from, found) = special_byte_sse2(buf, from);
+    let (from, found) = special_byte_sse2::<NON_ASCII>(buf, from);
     // `--cfg cgfast_portable` tests the portable path on x86-64 too (scripts/test)
     #[cfg(any(not(target_arch = "x86_64"), cgfast_portable))]
-    let (from, found) = special_byte_words(buf, from);
+    let (from, found) = special_byte_words::<NON_ASCII>(buf, from);
     match found {
         Some(at) => Some(at),
-        None => buf[from..].iter().position(|&b| is_special(b)).map(|k| from + k),
+        None => buf[from..].iter().position(|&b| is_special::<NON_ASCII>(b)).map(|k| from + k),
     }
 }
 
 #[inline]
-fn is_special(b: u8) -> bool {
-    b == b'"' || b == b'\\' || b < 0x20
+fn is_special<const NON_ASCII: bool>(b: u8) -> bool {
+    b == b'"' || b == b'\\' || b < 0x20 || (NON_ASCII && b >= 0x80)
 }
 
 /// Sixteen bytes at a time; what is left of the buffer after the last whole block is
 /// the caller's (the offset returned first).
 #[cfg(all(target_arch = "x86_64", not(cgfast_portable)))]
 #[inline]
-fn special_byte_sse2(buf: &[u8], mut at: usize) -> (usize, Option<usize>) {
+fn special_byte_sse2<const NON_ASCII: bool>(buf: &[u8], mut at: usize) -> (usize, Option<usize>) {
     use std::arch::x86_64::*;
     // SAFETY: SSE2 is part of every x86-64 processor, and each load reads the 16 bytes
     // `buf[at..at + 16]`, inside the slice.
@@ -39,8 +52,12 @@ fn special_byte_sse2(buf: &[u8], mut at: usize) -> (usize, Option<usize>) {
         while at + 16 <= buf.len() {
             let v = _mm_loadu_si128(buf.as_ptr().add(at) as *const __m128i);
             let control = _mm_cmpeq_epi8(_mm_max_epu8(v, control_max), control_max);
-            let hits =
+            let mut hits =
                 _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)), control);
+            if NON_ASCII {
+                // a byte that is not ASCII has its top bit set, which the mask takes
+                hits = _mm_or_si128(hits, v);
+            }
             let mask = _mm_movemask_epi8(hits) as u32;
             if mask != 0 {
                 return (at, Some(at + mask.trailing_zeros() as usize));
@@ -54,7 +71,7 @@ fn special_byte_sse2(buf: &[u8], mut at: usize) -> (usize, Option<usize>) {
 /// Eight bytes at a time, in the bits of a word.
 #[cfg(any(not(target_arch = "x86_64"), cgfast_portable))]
 #[inline]
-fn special_byte_words(buf: &[u8], mut at: usize) -> (usize, Option<usize>) {
+fn special_byte_words<const NON_ASCII: bool>(buf: &[u8], mut at: usize) -> (usize, Option<usize>) {
     const LO: u64 = 0x0101_0101_0101_0101;
     const HI: u64 = 0x8080_8080_8080_8080;
     // Nonzero where a byte equals `byte` (exact for the lowest such byte).
@@ -64,7 +81,10 @@ fn special_byte_words(buf: &[u8], mut at: usize) -> (usize, Option<usize>) {
     };
     while at + 8 <= buf.len() {
         let word = u64::from_le_bytes(buf[at..at + 8].try_into().expect("8 bytes"));
-        let hits = equal(word, b'"') | equal(word, b'\\') | (word.wrapping_sub(LO * 0x20) & !word & HI);
+        let mut hits = equal(word, b'"') | equal(word, b'\\') | (word.wrapping_sub(LO * 0x20) & !word & HI);
+        if NON_ASCII {
+            hits |= word & HI;
+        }
         if hits != 0 {
             return (at, Some(at + (hits.trailing_zeros() / 8) as usize));
         }
@@ -104,7 +124,8 @@ pub(crate) fn after_ws(buf: &[u8], mut i: usize) -> Option<(usize, u8)> {
 }
 
 /// The closing quote of the string whose opening quote is at `quote`, where its text
-/// holds no escape (and no control character); `None` otherwise, or where `buf` ends first.
+/// is plain ASCII (no escape, no control character); `None` otherwise, or where `buf`
+/// ends first.
 #[inline(always)]
 pub(crate) fn plain_string_end(buf: &[u8], quote: usize) -> Option<usize> {
     special_byte(buf, quote + 1).filter(|&at| buf[at] == b'"')
@@ -194,10 +215,11 @@ mod tests {
     #[test]
     fn special_bytes_are_found_wherever_they_are() {
         // every offset of a block, and the tail after the last whole one, on the path
-        // this build takes (SSE2, or the words of `--cfg cgfast_portable`)
+        // this build takes (SSE2, or the words of `--cfg cgfast_portable`); bytes that
+        // are not ASCII stop one search and not the other
         for len in 0..40 {
             for at in 0..=len {
-                for special in [b'"', b'\\', 0x00, 0x1f] {
+                for special in [b'"', b'\\', 0x00, 0x1f, 0x80, 0xff] {
                     let mut buf = vec![b'a'; len];
                     buf.extend_from_slice(b" \x7f\xe9~");
                     let end = buf.len();
@@ -205,8 +227,14 @@ mod tests {
                         buf[at] = special;
                     }
                     for from in [0, at.min(3)] {
-                        let want = buf[from..].iter().position(|&b| is_special(b)).map(|k| from + k);
+                        let want = buf[from..].iter().position(|&b| is_special::<true>(b)).map(|k| from + k);
                         assert_eq!(special_byte(&buf, from), want, "{len} {at} {special} {from}");
+                        let want = buf[from..].iter().position(|&b| is_special::<false>(b)).map(|k| from + k);
+                        assert_eq!(
+                            special_ascii_byte(&buf, from),
+                            want,
+                            "ascii: {len} {at} {special} {from}"
+                        );
                     }
                 }
             }

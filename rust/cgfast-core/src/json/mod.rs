@@ -3,9 +3,11 @@
 
 mod bytes;
 pub(crate) mod edit;
+mod utf8;
 pub(crate) mod value;
 
 pub(crate) use bytes::{after_ws, number_end, plain_string_end, small_int_array_end, special_byte};
+pub(crate) use utf8::InvalidUtf8;
 
 use memchr::memchr2;
 
@@ -49,11 +51,13 @@ pub(crate) struct Cursor<'a> {
     pub(crate) buf: &'a [u8],
     pub(crate) pos: usize,
     nesting: Vec<bool>,
+    /// The invalid UTF-8 in the strings read, by offset in `buf`, until the caller takes it.
+    pub(crate) invalid_utf8: InvalidUtf8,
 }
 
 impl<'a> Cursor<'a> {
     pub(crate) fn new(buf: &'a [u8], pos: usize) -> Self {
-        Cursor { buf, pos, nesting: Vec::new() }
+        Cursor { buf, pos, nesting: Vec::new(), invalid_utf8: InvalidUtf8::default() }
     }
 
     fn syntax<T>(&self, expected: &'static str) -> Scan<T> {
@@ -111,6 +115,15 @@ impl<'a> Cursor<'a> {
                             return self.syntax("a valid escape");
                         }
                     }
+                }
+                0x80.. => {
+                    // the text that is not ASCII, up to what ends or interrupts the
+                    // string, checked as UTF-8 at once
+                    let Some(end) = bytes::special_ascii_byte(self.buf, at) else {
+                        return Err(ScanError::Incomplete);
+                    };
+                    self.invalid_utf8.check(&self.buf[at..end], at);
+                    i = end;
                 }
                 _ => {
                     self.pos = at;

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use crate::json::{str_is, Cursor, Scan, ScanError};
+use crate::json::{str_is, Cursor, InvalidUtf8, Scan, ScanError};
 use crate::read::input::Window;
 use crate::Error;
 
@@ -63,6 +63,8 @@ pub(crate) trait Visit {
 pub(crate) struct Grammar {
     state: State,
     saw_events: bool,
+    /// The invalid UTF-8 in the strings walked so far, by offset in the input.
+    pub(crate) invalid_utf8: InvalidUtf8,
 }
 
 enum Step {
@@ -73,12 +75,12 @@ enum Step {
 impl Grammar {
     /// At the start of a trace.
     pub(crate) fn at_start() -> Grammar {
-        Grammar { state: State::Start, saw_events: false }
+        Grammar { state: State::Start, saw_events: false, invalid_utf8: InvalidUtf8::default() }
     }
 
     /// At an element of `traceEvents` (the start of a parallel scan's later segment).
     pub(crate) fn at_event() -> Grammar {
-        Grammar { state: State::Event, saw_events: true }
+        Grammar { state: State::Event, saw_events: true, invalid_utf8: InvalidUtf8::default() }
     }
 
     /// Walk `window` from its start to the end of the input, or to where `visit` stops
@@ -97,7 +99,15 @@ impl Grammar {
             let mut c = Cursor::new(window.bytes(), pos);
             let stopped = loop {
                 pos = c.pos;
-                match self.step(&mut c, base, visit) {
+                let step = self.step(&mut c, base, visit);
+                // what a step read counts once it is done (a step cut short by the end of
+                // the window is read again, whole, with more input)
+                if step.is_ok() && c.invalid_utf8.count > 0 {
+                    let found = std::mem::take(&mut c.invalid_utf8);
+                    self.invalid_utf8
+                        .add(InvalidUtf8 { first_at: found.first_at.map(|at| base + at), ..found });
+                }
+                match step {
                     Ok(Step::Go) => {}
                     other => break other,
                 }

@@ -10,7 +10,6 @@ use std::thread::JoinHandle;
 
 use flate2::read::MultiGzDecoder;
 
-use crate::read::utf8::{InvalidUtf8, Utf8Check};
 use crate::CancelToken;
 
 pub(crate) const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
@@ -137,8 +136,6 @@ pub(crate) struct Window {
     chunks: Chunks,
     /// Reading fails once this is cancelled (every read of a trace comes through here).
     cancel: CancelToken,
-    /// Where the input read is checked for invalid UTF-8.
-    utf8: Option<Utf8Check>,
     data: Vec<u8>,
     /// Where in `data` the bytes held start, and how many there are.
     start: usize,
@@ -163,17 +160,6 @@ impl Window {
         Ok(Self::with(Chunks::open(path, start, false)?, start, buffer, cancel))
     }
 
-    /// Check what is read from now on for invalid UTF-8, up to offset `until` (to the
-    /// end for `None`); [`Window::invalid_utf8`] says what was found.
-    pub(crate) fn check_utf8(&mut self, until: Option<u64>) {
-        self.utf8 = Some(Utf8Check::new(until));
-    }
-
-    /// The invalid UTF-8 found since [`Window::check_utf8`].
-    pub(crate) fn invalid_utf8(&mut self) -> InvalidUtf8 {
-        self.utf8.take().map(Utf8Check::finish).unwrap_or_default()
-    }
-
     /// The buffer, for the next window.
     pub(crate) fn into_buffer(self) -> Vec<u8> {
         self.data
@@ -191,7 +177,7 @@ impl Window {
             Source::Plain(_) => vec![0; 2 * CHUNK],
             Source::Ahead(_) => Vec::new(),
         };
-        Window { chunks, cancel: cancel.clone(), utf8: None, data, start: 0, filled: 0, base }
+        Window { chunks, cancel: cancel.clone(), data, start: 0, filled: 0, base }
     }
 
     pub(crate) fn bytes(&self) -> &[u8] {
@@ -225,16 +211,6 @@ impl Window {
     /// run is cancelled.
     pub(crate) fn fill(&mut self) -> io::Result<usize> {
         self.cancel.check()?;
-        let held = self.filled;
-        let n = self.read_more()?;
-        if let Some(check) = &mut self.utf8 {
-            check.feed(&self.data[self.start + held..self.start + self.filled], self.base + held as u64);
-        }
-        Ok(n)
-    }
-
-    /// [`Window::fill`]'s reading.
-    fn read_more(&mut self) -> io::Result<usize> {
         match &mut self.chunks.source {
             Source::Plain(file) => {
                 if self.data.len() - (self.start + self.filled) < CHUNK {

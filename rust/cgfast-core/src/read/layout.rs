@@ -1,7 +1,7 @@
 //! Where pass one found things in the (decompressed) input, for pass two: each
 //! tracked event's and flow's bytes, and the places of the values an edit replaces.
 
-use crate::read::utf8::InvalidUtf8;
+use crate::json::InvalidUtf8;
 
 /// Where a tracked event sits in the (decompressed) input, for pass two. The separators
 /// around it are found again when it is removed (rarely): they are not kept.

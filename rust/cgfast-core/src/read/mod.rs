@@ -1,5 +1,5 @@
-//! Reading a trace: bytes from a plain or gzipped file ([`input`]), checked for invalid
-//! UTF-8 as they come ([`utf8`]); the one [`grammar`] around its events, walked by the
+//! Reading a trace: bytes from a plain or gzipped file ([`input`]); the one [`grammar`]
+//! around its events (counting the invalid UTF-8 of their strings), walked by the
 //! reader of `traceEvents` one element at a time ([`events`]) and by the streaming pass
 //! that checks the JSON and builds the [`TraceIndex`](crate::index::TraceIndex)
 //! ([`scan`], whole or in [`parallel`] segments), reading each event's fields fast or
@@ -15,4 +15,3 @@ pub(crate) mod input;
 pub(crate) mod layout;
 pub(crate) mod parallel;
 pub(crate) mod scan;
-pub(crate) mod utf8;

@@ -70,7 +70,7 @@ impl<'k> Segment<'k> {
 
     /// Scan from `start` (an offset of the file, where `grammar` is) to the segment's
     /// stop or the end, reading through `buffer` (a window's, given back for the next
-    /// segment), and count the invalid UTF-8 before the stop.
+    /// segment), with the invalid UTF-8 of the strings read.
     pub(crate) fn run(
         &mut self,
         mut grammar: Grammar,
@@ -80,9 +80,8 @@ impl<'k> Segment<'k> {
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(), ScanFailure> {
         let mut window = Window::open_at_in(path, start, std::mem::take(buffer), self.cancel)?;
-        window.check_utf8(self.stop_at);
         let walked = grammar.walk(&mut window, self, progress);
-        self.layout.invalid_utf8 = window.invalid_utf8();
+        self.layout.invalid_utf8 = grammar.invalid_utf8;
         *buffer = window.into_buffer();
         self.layout.total_len = walked?;
         Ok(())
@@ -409,6 +408,27 @@ mod tests {
                     .expect("every split is a boundary");
             same(&many, &whole);
         }
+    }
+
+    #[test]
+    fn a_string_read_again_with_more_input_is_counted_once() {
+        // a 3 MB name spans the window's refills: its element is read again, whole
+        let mut name = vec![b'n'; 3 << 20];
+        for at in [5, (1 << 20) - 1, 2 << 20, (3 << 20) - 2] {
+            name[at] = 0xff;
+        }
+        name[100..105].copy_from_slice("\u{e9}\u{4e2d}".as_bytes());
+        let head = b"{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"cpu_op\", \"na\xffme\": \"";
+        let tail = b"\", \"ts\": 1, \"args\": {\"k\": \"caf\\u00e9 \xe2\x82\"}}, 5]}";
+        let text = [&head[..], &name, &tail[..]].concat();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.json");
+        std::fs::write(&path, &text).unwrap();
+        let (_, layout) = single(&path);
+        let key_at = text.windows(3).position(|w| w == b"a\xffm").unwrap() as u64 + 1;
+        // the key's byte, the name's four and the cut-short sequence in args; not é or 中
+        assert_eq!(layout.invalid_utf8.count, 6);
+        assert_eq!(layout.invalid_utf8.first_at, Some(key_at));
     }
 
     /// How fast the scanner validates a trace, against how fast it indexes it (not a
