@@ -129,6 +129,9 @@ def main() -> None:
     directory = os.path.dirname(os.path.abspath(args.output))
     with tempfile.NamedTemporaryFile("w", dir=directory, delete=False, suffix=".tmp") as file:
         file.write(svg)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(file.name, 0o666 & ~umask)
     os.replace(file.name, args.output)
 
 
