@@ -27,11 +27,10 @@ import subprocess
 from typing import Dict, Iterator, List, Optional
 
 from cgfast import _cgfast
-from cgfast.capture._core import Recorder
-from cgfast.capture._graphs import patch_class, uninstall, unpatch_class
 from cgfast.capture._interface import Backend, CaptureState, KernelLaunch, NodeType
 from cgfast.capture._libcuda import _KernelNodeParams
-from cgfast.capture._state import state
+from cgfast.capture._patches import patch_class, uninstall, unpatch_class
+from cgfast.capture._runtime import runtime
 
 
 class FakeNode:
@@ -591,15 +590,12 @@ def fake_driver(driver: Optional[FakeGraphDriver] = None) -> Iterator[FakeGraphD
     off, and ``FakeCUDAGraph`` patched like ``install()`` patches torch's class (the
     ``fake`` fixture)."""
     driver = driver or FakeGraphDriver()
-    state.recorder = Recorder()
-    state.enabled = False
-    state.use_backend(driver.backend())
+    runtime.reset()
+    runtime.use_backend(driver.backend())
     patch_class(FakeCUDAGraph)
     try:
         yield driver
     finally:
         unpatch_class(FakeCUDAGraph)
         uninstall()
-        state.enabled = False
-        state.recorder = Recorder()
-        state.forget_backend()
+        runtime.reset()

@@ -15,11 +15,11 @@ import pytest
 
 from cgfast import _cgfast, capture
 from cgfast.capture._core import Recorder
-from cgfast.capture._graphs import patch_class, uninstall, unpatch_class
 from cgfast.capture._id_sources import CuptiIdSource
 from cgfast.capture._interface import Backend
 from cgfast.capture._libcuda import LibcudaGraphs
-from cgfast.capture._state import state
+from cgfast.capture._patches import patch_class, uninstall, unpatch_class
+from cgfast.capture._runtime import runtime
 from fake_graph_driver import FakeCUDAGraph, FakeGraphDriver, NativeFakeDriver, capturing
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
@@ -33,17 +33,15 @@ def use_driver():
     try:
 
         def use(driver: FakeGraphDriver) -> FakeGraphDriver:
-            state.recorder = Recorder()
-            state.use_backend(driver.backend())
+            runtime.recorder = Recorder()
+            runtime.use_backend(driver.backend())
             return driver
 
         yield use
     finally:
         unpatch_class(FakeCUDAGraph)
         uninstall()
-        state.enabled = False
-        state.recorder = Recorder()
-        state.forget_backend()
+        runtime.reset()
 
 
 @pytest.fixture
