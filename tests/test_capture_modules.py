@@ -140,6 +140,26 @@ def test_hugging_face_training_step_backward_nodes_get_the_module_and_the_phase(
     assert recorded(g, launcher.expected) == launcher.expected
 
 
+@pytest.mark.parametrize("name", ["resnet50", "llama"])
+def test_node_counts_read_through_the_extension_give_the_same_modules(native_fake, name):
+    """As on the GPU: every module boundary's node count and the capture-end walk are
+    native calls (through functions the extension resolved in a loaded library, here one
+    forwarding to the fake), on a timm ResNet-50's forward and a Llama training step."""
+    if name == "resnet50":
+        model = timm.create_model(name, pretrained=False).eval()
+        with torch.no_grad():
+            g, launcher = capture_model(native_fake, model, torch.randn(1, 3, 32, 32))
+    else:
+        model = hf_models()[name].train()
+        ids = torch.randint(0, 128, (1, 8))
+        g, launcher = capture_model(
+            native_fake, model, ids, backward=True, loss_of=lambda out: out.logits.float().sum()
+        )
+    assert len(launcher.expected) > 100
+    assert recorded(g, launcher.expected) == launcher.expected
+    assert native_fake.walks == 1 and "node_count" not in native_fake.calls  # all native
+
+
 def test_backward_nodes_get_the_module_and_the_phase(fake):
     model = timm.create_model("resnet18", pretrained=False).train()
     g, launcher = capture_model(fake, model, torch.randn(2, 3, 32, 32), backward=True)
@@ -341,6 +361,29 @@ def test_handles_restore_the_annotation_switch(fake):
     assert not capture.annotations_enabled()
     capture.enable_annotations()
     capture.annotate_modules(torch.nn.Linear(2, 2)).remove()
+    assert capture.annotations_enabled()
+
+
+def test_annotations_stay_on_while_anything_holds_them(fake):
+    """The switch counts what holds it on: a block that ends while a handle is active
+    leaves it on for the handle, whatever order they end in."""
+    block = capture.recording()
+    block.__enter__()
+    handle = capture.annotate_modules(torch.nn.Linear(2, 2))
+    block.__exit__(None, None, None)
+    assert capture.annotations_enabled()
+    handle.remove()
+    assert not capture.annotations_enabled()
+    # disable_annotations() stops recording inside a block too, until something new holds
+    with capture.recording():
+        capture.disable_annotations()
+        assert not capture.annotations_enabled()
+        with capture.recording():
+            assert capture.annotations_enabled()
+        assert not capture.annotations_enabled()
+    assert not capture.annotations_enabled()
+    with capture.recording():
+        capture.enable_annotations()
     assert capture.annotations_enabled()
 
 
