@@ -3,7 +3,7 @@
 exactly what the module exports, with the same parameters and defaults."""
 
 import os
-from typing import Any, Iterable, Literal, Mapping, Sequence
+from typing import Any, Iterable, Literal, Mapping, Sequence, final
 
 _Path = str | os.PathLike[str]
 # node id -> what the node is annotated with: dicts of args to write, or strings
@@ -18,12 +18,10 @@ __all__ = [
     "annotate_trace",
     "find_traces",
     "fix_overlapping_timestamps",
-    "graph_node_count",
     "move_overlapping_to_stream",
     "read_annotations",
     "run_cli",
     "summary_report",
-    "walk_graph",
     "write_annotations",
 ]
 
@@ -77,8 +75,16 @@ def summary_report(
 ) -> dict[str, Any]: ...
 def find_traces(paths: _Path | Iterable[_Path], *, annotated: bool = False) -> list[str]: ...
 
-# capture-time graph queries on the driver / CUPTI function addresses ctypes loaded
-def graph_node_count(get_nodes: int, graph: int) -> int: ...
-def walk_graph(
-    functions: Mapping[str, int], graph: int
+# cgfast.capture's graph queries (private, not in __all__): the extension looks the
+# driver and CUPTI functions up itself in libraries the process has loaded, and calls
+# nothing else
+@final
+class _GraphFunctions:
+    """Driver (and CUPTI) functions the extension resolved itself; made only by
+    ``_resolve_graph_functions``."""
+
+def _resolve_graph_functions(libcuda: str, libcupti: str | None = None) -> _GraphFunctions: ...
+def _graph_node_count(functions: _GraphFunctions, graph: int) -> int: ...
+def _walk_graph(
+    functions: _GraphFunctions, graph: int
 ) -> tuple[int, list[tuple[int, int, str | None, list[int], Any, Any]], int]: ...

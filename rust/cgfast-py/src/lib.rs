@@ -29,8 +29,7 @@ fn _cgfast(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(summary_api::summary_report, m)?)?;
     m.add_function(wrap_pyfunction!(summary_api::find_traces, m)?)?;
     m.add("DEFAULTS", defaults(m.py())?)?;
-    m.add_function(wrap_pyfunction!(graph_walk::walk_graph, m)?)?;
-    m.add_function(wrap_pyfunction!(graph_walk::graph_node_count, m)?)?;
+    graph_walk::register(m)?;
     Ok(())
 }
 
