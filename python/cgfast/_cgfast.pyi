@@ -66,7 +66,7 @@ def run_cli(argv: Sequence[str]) -> int: ...
 def summary_report(
     paths: _Path | Iterable[_Path],
     *,
-    by: str = "name",
+    by: str | None = None,
     steps: bool = False,
     top: int = 3,
     jobs: int = 0,
