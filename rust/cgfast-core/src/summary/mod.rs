@@ -13,6 +13,10 @@
 //!   if nothing else ran; these may sum to more than the busy time).
 
 pub mod chart;
+pub mod diff;
+pub mod diff_chart;
+pub mod diff_json;
+pub mod diff_stats;
 pub mod hierarchy;
 pub mod icicle;
 pub mod key;
