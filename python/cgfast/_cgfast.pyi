@@ -16,6 +16,7 @@ __all__ = [
     "__version__",
     "annotate_file",
     "annotate_trace",
+    "diff_report",
     "find_traces",
     "fix_overlapping_timestamps",
     "graph_node_count",
@@ -76,6 +77,21 @@ def summary_report(
     hierarchy: bool | None = None,
 ) -> dict[str, Any]: ...
 def find_traces(paths: _Path | Iterable[_Path], *, annotated: bool = False) -> list[str]: ...
+def diff_report(
+    base: _Path | Iterable[_Path],
+    test: _Path | Iterable[_Path],
+    *,
+    by: str | None = None,
+    depth: int | None = None,
+    group_layers: bool = False,
+    hierarchy: bool | None = None,
+    threshold: float = 2.0,
+    per_rank: bool = False,
+    fail_if_slower: float | None = None,
+    min_share: float = 1.0,
+    jobs: int = 0,
+    chart: _Path | None = None,
+) -> dict[str, Any]: ...
 
 # capture-time graph queries on the driver / CUPTI function addresses ctypes loaded
 def graph_node_count(get_nodes: int, graph: int) -> int: ...
