@@ -249,7 +249,8 @@ pub struct TraceInfo {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Diff {
     pub by: String,
-    /// Why the default key is not `module` (no trace carries it, ...).
+    /// Why the key is not the one asked for or the first default one (no graphed kernel
+    /// carries it), or that no kernel carries the key asked for.
     pub by_note: Option<String>,
     pub hierarchy: Hierarchy,
     pub options: DiffOptions,
@@ -804,12 +805,7 @@ fn agree_on_key(
             key::label(best[second]),
         ));
     }
-    let by = best[0];
-    let note = key::fallback_note(by).map(|why| match by {
-        KERNEL_KEY => format!("{why} (the traces carry no annotations): values are kernel names"),
-        _ => format!("{why}: grouped by {}", key::label(by)),
-    });
-    Ok((by.to_string(), note))
+    Ok((best[0].to_string(), key::fallback_note(best[0])))
 }
 
 fn build(base: Vec<TraceReplays>, test: Vec<TraceReplays>, options: &DiffOptions) -> Result<Diff, String> {
