@@ -52,7 +52,7 @@ fn interval_us(r: &DiffRow) -> String {
                 } else if x > 0.0 {
                     "∞".into()
                 } else {
-                    "−∞".into()
+                    "-∞".into()
                 }
             };
             format!("[{}, {}]", end(s.low), end(s.high))

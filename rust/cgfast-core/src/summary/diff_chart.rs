@@ -61,23 +61,25 @@ fn shorten(text: &str, max: usize) -> String {
     format!("…{}", text.chars().skip(n - (max - 1)).collect::<String>())
 }
 
-/// `+12.3 µs`, signed.
+/// `+12.3 µs`, signed; no sign where it shows as 0.
 pub fn signed_time(us: f64) -> String {
-    let sign = if us > 0.0 {
-        "+"
-    } else if us < 0.0 {
-        "−"
-    } else {
+    let shown = human_time(us.abs());
+    let zero = shown.trim_end_matches(|c: char| !c.is_ascii_digit()).chars().all(|c| c == '0' || c == '.');
+    let sign = if zero {
         ""
+    } else if us > 0.0 {
+        "+"
+    } else {
+        "-"
     };
-    format!("{sign}{}", human_time(us.abs()))
+    format!("{sign}{shown}")
 }
 
 /// `+4.5%`, signed; `-0.0` shows as `0.0`.
 pub fn signed_pct(fraction: f64) -> String {
     let p = fraction * 100.0;
     if !p.is_finite() {
-        return if p > 0.0 { "+∞%".into() } else { "−∞%".into() };
+        return if p > 0.0 { "+∞%".into() } else { "-∞%".into() };
     }
     if (p * 10.0).round() == 0.0 {
         "0.0%".into()
@@ -86,7 +88,7 @@ pub fn signed_pct(fraction: f64) -> String {
     }
 }
 
-/// The interval as text: `[+1.2 µs, +3.4 µs]`, `(−∞, ∞)` ends where it has none.
+/// The interval as text: `[+1.2 µs, +3.4 µs]`, `-∞` and `∞` for ends it has not.
 pub fn interval_text(row: &DiffRow) -> String {
     match row.shift {
         None => "—".into(),
@@ -97,7 +99,7 @@ pub fn interval_text(row: &DiffRow) -> String {
                 } else if x > 0.0 {
                     "∞".into()
                 } else {
-                    "−∞".into()
+                    "-∞".into()
                 }
             };
             format!("[{}, {}]", end(s.low), end(s.high))
@@ -414,7 +416,7 @@ pub fn icicle(diff: &Diff) -> String {
     }
     let _ = write!(
         legend,
-        r##"<text x="{}" y="{}" fill="#555" font-size="11">faster −{p:.0}% … slower +{p:.0}%</text>"##,
+        r##"<text x="{}" y="{}" fill="#555" font-size="11">faster -{p:.0}% … slower +{p:.0}%</text>"##,
         16 + 12 * 21 + 8,
         ly + 9,
         p = FULL_AT * 100.0
