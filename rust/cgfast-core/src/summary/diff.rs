@@ -20,12 +20,12 @@
 //! bytes each) and reduced to per-(value, replay) sums on the thread that read it; only
 //! those are kept, so what stays grows with values × replays, not with the traces' size.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use rustc_hash::FxHashMap as HashMap;
 
-use super::diff_stats::{Shift, ShiftFinder};
+use super::diff_stats::{Shift, ShiftFinder, Z};
 use super::hierarchy::Hierarchy;
 use super::key::{self, KERNEL_KEY};
 use super::read::{Kernels, NONE};
@@ -105,7 +105,11 @@ impl Verdict {
 /// A value's replays on one side.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SideStats {
-    /// Its time per replay (µs), over the replays it appears in.
+    /// Its time per replay (µs): the median over the replays it appears in; compared
+    /// graph by graph, each graph's median weighted by how often the value appears in
+    /// its replays (on both sides).
+    pub median_us: f64,
+    /// Its time per replay (µs), over the replays it appears in, all graphs together.
     pub spread: Spread,
     /// The median of its kernels per replay.
     pub kernels_per_replay: f64,
@@ -152,6 +156,9 @@ pub struct DiffRow {
     pub test: Option<SideStats>,
     /// Test against base, µs per replay; `None` for `new` and `gone`.
     pub shift: Option<Shift>,
+    /// Compared graph by graph (its replays belong to several graphs that both sides
+    /// replay), the shifts combined.
+    pub by_graph: bool,
     /// Its change of the mean time per replay over all replays, µs.
     pub contribution_us: f64,
     /// Its share of the base's busy time.
@@ -165,20 +172,20 @@ impl DiffRow {
     pub fn delta_us(&self) -> f64 {
         match (&self.shift, &self.base, &self.test) {
             (Some(s), _, _) => s.estimate,
-            (None, None, Some(t)) => t.spread.median,
-            (None, Some(b), None) => -b.spread.median,
+            (None, None, Some(t)) => t.median_us,
+            (None, Some(b), None) => -b.median_us,
             _ => 0.0,
         }
     }
 
     /// The change as a share of the base median (`None` for `new` and `gone`).
     pub fn relative(&self) -> Option<f64> {
-        Some(relative(self.shift?.estimate, self.base.as_ref()?.spread.median))
+        Some(relative(self.shift?.estimate, self.base.as_ref()?.median_us))
     }
 
     /// The interval as shares of the base median.
     pub fn relative_interval(&self) -> Option<(f64, f64)> {
-        let (s, b) = (self.shift?, self.base.as_ref()?.spread.median);
+        let (s, b) = (self.shift?, self.base.as_ref()?.median_us);
         Some((relative(s.low, b), relative(s.high, b)))
     }
 }
@@ -215,6 +222,9 @@ pub struct Offender {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Comparison {
     pub rank: Option<u64>,
+    /// The graphs each trace replays, when all traces of both sides replay as many;
+    /// `None` when they differ (replays are then compared all graphs together).
+    pub graphs: Option<u32>,
     pub base: SideInfo,
     pub test: SideInfo,
     /// The busy time per replay.
@@ -272,8 +282,10 @@ impl Diff {
 
 // ---------------------------------------------------------------------------- reading
 
-/// One replay of a trace: its busy time, kernels and cells (`cells[start..start + len]`).
+/// One replay of a trace: its graph, busy time, kernels and cells (`cells[start..start + len]`).
 struct ReplaySums {
+    /// Which of the trace's graphs, in the order of their first replay.
+    graph: u32,
     busy_ns: i64,
     kernels: u32,
     start: u32,
@@ -296,6 +308,8 @@ struct TraceReplays {
     /// Local value ids: `values.len()` stands for kernels without the key.
     values: Vec<String>,
     replays: Vec<ReplaySums>,
+    /// Distinct graphs replayed.
+    graphs: u32,
     cells: Vec<Cell>,
     /// (local value, kernel name, kernels, Σ dur ns) over its replays.
     names: Vec<(u32, String, u64, i64)>,
@@ -321,7 +335,15 @@ fn reduce(path: &Path, k: &Kernels, key: &'static str) -> TraceReplays {
     let mut replays = Vec::new();
     let mut cells = Vec::new();
     let mut names: HashMap<(u32, u32), (u64, i64)> = HashMap::default();
+    // each graph's first replay start, to number the graphs in that order
+    let mut first_start: HashMap<u64, i64> = HashMap::default();
+    let mut graph_of = Vec::new();
     for run in runs(&sampled, |i| kernels[i as usize].replay) {
+        let graph = kernels[run[0] as usize].graph;
+        let start_ns = run.iter().map(|&i| kernels[i as usize].start).min().expect("not empty");
+        let first = first_start.entry(graph).or_insert(start_ns);
+        *first = (*first).min(start_ns);
+        graph_of.push(graph);
         let start = cells.len() as u32;
         for same in runs(run, |i| kernels[i as usize].value) {
             let value = local(kernels[same[0] as usize].value);
@@ -338,11 +360,18 @@ fn reduce(path: &Path, k: &Kernels, key: &'static str) -> TraceReplays {
             }
         }
         replays.push(ReplaySums {
+            graph: 0,
             busy_ns: busy(kernels, &mut run.to_vec()),
             kernels: run.len() as u32,
             start,
             len: cells.len() as u32 - start,
         });
+    }
+    let mut order: Vec<(i64, u64)> = first_start.iter().map(|(&g, &t)| (t, g)).collect();
+    order.sort_unstable();
+    let ordinal: HashMap<u64, u32> = order.iter().enumerate().map(|(k, &(_, g))| (g, k as u32)).collect();
+    for (r, g) in replays.iter_mut().zip(graph_of) {
+        r.graph = ordinal[&g];
     }
     let info = TraceInfo {
         path: path.to_path_buf(),
@@ -361,6 +390,7 @@ fn reduce(path: &Path, k: &Kernels, key: &'static str) -> TraceReplays {
         carries: key::carries(k),
         values: (0..none).map(|v| k.values.get(v).to_string()).collect(),
         replays,
+        graphs: order.len() as u32,
         cells,
         names: names.into_iter().map(|((v, n), (c, ns))| (v, k.names.get(n).to_string(), c, ns)).collect(),
     }
@@ -394,6 +424,10 @@ struct Samples {
 #[derive(Default)]
 struct Group {
     traces: usize,
+    /// The graphs each trace replays.
+    graphs_per_trace: Vec<u32>,
+    /// Per replay: its graph (its trace's numbering), busy time, kernels.
+    graph: Vec<u32>,
     busy_us: Vec<f64>,
     kernels: Vec<u32>,
     /// By global value id.
@@ -426,9 +460,11 @@ impl Group {
     /// Add a trace's replays; `collapse`: its kernels count as without the key.
     fn add(&mut self, t: &TraceReplays, ids: &[u32], names: &[u32], collapse: bool) {
         self.traces += 1;
+        self.graphs_per_trace.push(t.graphs);
         let mut merged: Vec<(u32, u32, f64)> = Vec::new();
         for r in &t.replays {
             let replay = self.busy_us.len() as u32;
+            self.graph.push(r.graph);
             self.busy_us.push(r.busy_ns as f64 / 1e3);
             self.kernels.push(r.kernels);
             merged.clear();
@@ -476,10 +512,12 @@ fn median(values: &mut [f64]) -> f64 {
     Spread::of(values).median
 }
 
-fn side_stats(s: &Samples, group: &Group) -> SideStats {
+fn side_stats(s: &Samples, group: &Group, median_us: Option<f64>) -> SideStats {
     let total_us: f64 = s.us.iter().sum();
+    let spread = Spread::of(&mut s.us.clone());
     SideStats {
-        spread: Spread::of(&mut s.us.clone()),
+        median_us: median_us.unwrap_or(spread.median),
+        spread,
         kernels_per_replay: median(&mut s.kernels.iter().map(|&k| k as f64).collect::<Vec<_>>()),
         mean_all_us: total_us / group.busy_us.len().max(1) as f64,
         total_us,
@@ -492,9 +530,60 @@ struct Compare<'a> {
     tables: &'a Tables,
     options: &'a DiffOptions,
     finder: ShiftFinder,
+    /// Compare graph by graph, this many (the comparison at hand).
+    graphs: Option<u32>,
+}
+
+/// A shift compared graph by graph, and each side's weighted median.
+struct ByGraph {
+    shift: Shift,
+    medians: (f64, f64),
 }
 
 impl Compare<'_> {
+    /// The shift of `test` against `base` graph by graph, where they replay several
+    /// graphs and the value is in the same ones on both sides: each graph's
+    /// Hodges-Lehmann shift, weighted by the value's replays in that graph (both sides),
+    /// and an interval from each graph's, taken as independent normal errors
+    /// (`σ = (high - low) / 2z`). `None` where a plain comparison applies.
+    fn by_graph(&mut self, base: &Samples, test: &Samples, groups: (&Group, &Group)) -> Option<ByGraph> {
+        let graphs = self.graphs? as usize;
+        let split = |s: &Samples, g: &Group| {
+            let mut by: Vec<Vec<f64>> = vec![Vec::new(); graphs];
+            for (&r, &us) in s.replay.iter().zip(&s.us) {
+                by[g.graph[r as usize] as usize].push(us);
+            }
+            by
+        };
+        let (mut xs, mut ys) = (split(base, groups.0), split(test, groups.1));
+        if xs.iter().zip(&ys).any(|(x, y)| x.is_empty() != y.is_empty()) {
+            return None;
+        }
+        let present: Vec<usize> = (0..graphs).filter(|&k| !xs[k].is_empty()).collect();
+        if present.len() < 2 {
+            return None;
+        }
+        let total: usize = present.iter().map(|&k| xs[k].len() + ys[k].len()).sum();
+        let (mut estimate, mut variance, mut medians) = (0.0, 0.0, (0.0, 0.0));
+        for k in present {
+            let w = (xs[k].len() + ys[k].len()) as f64 / total as f64;
+            let s = self.finder.shift(&mut xs[k], &mut ys[k]).expect("both sides have replays");
+            estimate += w * s.estimate;
+            let sigma = (s.high - s.low) / (2.0 * Z);
+            variance += w * w * sigma * sigma;
+            medians.0 += w * median(&mut xs[k]);
+            medians.1 += w * median(&mut ys[k]);
+        }
+        let half = Z * variance.sqrt();
+        // an infinite end (too few replays of a graph) leaves the interval unbounded
+        let (low, high) = if half.is_finite() {
+            (estimate - half, estimate + half)
+        } else {
+            (f64::NEG_INFINITY, f64::INFINITY)
+        };
+        Some(ByGraph { shift: Shift { estimate, low, high }, medians })
+    }
+
     fn row(
         &mut self,
         value: Option<String>,
@@ -502,17 +591,22 @@ impl Compare<'_> {
         test: Option<&Samples>,
         groups: (&Group, &Group),
     ) -> DiffRow {
-        let b = base.map(|s| side_stats(s, groups.0));
-        let t = test.map(|s| side_stats(s, groups.1));
-        let shift = match (base, test) {
-            (Some(b), Some(t)) => self.finder.shift(&mut b.us.clone(), &mut t.us.clone()),
+        let by_graph = match (base, test) {
+            (Some(b), Some(t)) => self.by_graph(b, t, groups),
+            _ => None,
+        };
+        let b = base.map(|s| side_stats(s, groups.0, by_graph.as_ref().map(|g| g.medians.0)));
+        let t = test.map(|s| side_stats(s, groups.1, by_graph.as_ref().map(|g| g.medians.1)));
+        let shift = match (base, test, &by_graph) {
+            (_, _, Some(g)) => Some(g.shift),
+            (Some(b), Some(t), None) => self.finder.shift(&mut b.us.clone(), &mut t.us.clone()),
             _ => None,
         };
         let verdict = match (&b, &t, shift) {
             (None, _, _) => Verdict::New,
             (_, None, _) => Verdict::Gone,
             (Some(b), Some(_), Some(s)) => {
-                let change = relative(s.estimate, b.spread.median);
+                let change = relative(s.estimate, b.median_us);
                 if s.low > 0.0 && change >= self.options.threshold {
                     Verdict::Slower
                 } else if s.high < 0.0 && change <= -self.options.threshold {
@@ -537,6 +631,7 @@ impl Compare<'_> {
             base: b,
             test: t,
             shift,
+            by_graph: by_graph.is_some(),
             kernels: Vec::new(),
         }
     }
@@ -577,6 +672,10 @@ impl Compare<'_> {
 
     fn compare(&mut self, rank: Option<u64>, base: &Group, test: &Group, tree: bool) -> Comparison {
         let groups = (base, test);
+        let counts: BTreeSet<u32> =
+            base.graphs_per_trace.iter().chain(&test.graphs_per_trace).copied().collect();
+        let graphs = (counts.len() == 1).then(|| *counts.first().expect("one"));
+        self.graphs = graphs.filter(|&g| g > 1);
         let all = |g: &Group| Samples {
             replay: (0..g.busy_us.len() as u32).collect(),
             us: g.busy_us.clone(),
@@ -613,6 +712,7 @@ impl Compare<'_> {
             rows.iter().filter(|r| r.verdict != Verdict::Same).map(|r| r.contribution_us).sum();
         let mut comparison = Comparison {
             rank,
+            graphs,
             base: base.info(),
             test: test.info(),
             total,
@@ -853,7 +953,7 @@ fn build(base: Vec<TraceReplays>, test: Vec<TraceReplays>, options: &DiffOptions
     // Values of no replay (their kernels had no correlation) would have no row: keep the
     // tables as they are, rows skip values without samples.
     let [(base_pooled, base_ranks), (test_pooled, test_ranks)] = &sides;
-    let mut compare = Compare { tables: &tables, options, finder: ShiftFinder::default() };
+    let mut compare = Compare { tables: &tables, options, finder: ShiftFinder::default(), graphs: None };
     let pooled = compare.compare(None, base_pooled, test_pooled, hierarchy.tree);
     let mut ranks = Vec::new();
     if options.per_rank {
@@ -868,6 +968,22 @@ fn build(base: Vec<TraceReplays>, test: Vec<TraceReplays>, options: &DiffOptions
         for rank in test_ranks.keys().filter(|r| !base_ranks.contains_key(r)) {
             notes.push(format!("rank {rank} is on the test side only: not compared rank by rank"));
         }
+    }
+    for c in std::iter::once(&pooled).chain(&ranks).filter(|c| c.graphs.is_none()) {
+        let count = |traces: &[TraceReplays]| {
+            let counts: BTreeSet<u32> = traces
+                .iter()
+                .filter(|t| c.rank.is_none() || t.info.rank == c.rank)
+                .map(|t| t.graphs)
+                .collect();
+            counts.iter().map(u32::to_string).collect::<Vec<_>>().join(" or ")
+        };
+        let rank = c.rank.map_or(String::new(), |r| format!("rank {r}: "));
+        notes.push(format!(
+            "{rank}the traces replay different numbers of graphs (base {}, test {}): each value's replays are compared all graphs together",
+            count(&base),
+            count(&test)
+        ));
     }
     let info = |traces: &[TraceReplays]| traces.iter().map(|t| t.info.clone()).collect::<Vec<_>>();
     let (base_traces, test_traces) = (info(&base), info(&test));

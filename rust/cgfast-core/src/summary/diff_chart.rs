@@ -110,8 +110,7 @@ pub fn interval_text(row: &DiffRow) -> String {
 /// One line on the change of the busy time per replay.
 pub fn total_line(c: &Comparison) -> String {
     let t = &c.total;
-    let (b, s) =
-        (t.base.as_ref().map_or(0.0, |b| b.spread.median), t.test.as_ref().map_or(0.0, |s| s.spread.median));
+    let (b, s) = (t.base.as_ref().map_or(0.0, |b| b.median_us), t.test.as_ref().map_or(0.0, |s| s.median_us));
     format!(
         "busy per replay: base {}, test {} (medians): {} ({}), 95% interval {}: {}",
         human_time(b),
@@ -209,8 +208,8 @@ pub fn svg(diff: &Diff) -> String {
             escape(&signed_time(delta)),
             escape(&r.relative().map_or("—".into(), signed_pct)),
             escape(&interval_text(r)),
-            escape(&r.base.as_ref().map_or("—".into(), |b| human_time(b.spread.median))),
-            escape(&r.test.as_ref().map_or("—".into(), |t| human_time(t.spread.median))),
+            escape(&r.base.as_ref().map_or("—".into(), |b| human_time(b.median_us))),
+            escape(&r.test.as_ref().map_or("—".into(), |t| human_time(t.median_us))),
             mid + 5,
             escape(&shorten(&label, 44)),
             mid + 5,
@@ -312,8 +311,8 @@ impl Layout<'_> {
                         signed_time(r.delta_us()),
                         r.relative().map_or("—".into(), signed_pct),
                         interval_text(r),
-                        r.base.as_ref().map_or("—".into(), |b| human_time(b.spread.median)),
-                        r.test.as_ref().map_or("—".into(), |t| human_time(t.spread.median)),
+                        r.base.as_ref().map_or("—".into(), |b| human_time(b.median_us)),
+                        r.test.as_ref().map_or("—".into(), |t| human_time(t.median_us)),
                     ),
                 )
             }
@@ -472,8 +471,8 @@ pub fn html(diff: &Diff) -> String {
             r.verdict.as_str(),
             kernels(r.base.as_ref()),
             kernels(r.test.as_ref()),
-            escape(&r.base.as_ref().map_or("—".into(), |b| human_time(b.spread.median))),
-            escape(&r.test.as_ref().map_or("—".into(), |t| human_time(t.spread.median))),
+            escape(&r.base.as_ref().map_or("—".into(), |b| human_time(b.median_us))),
+            escape(&r.test.as_ref().map_or("—".into(), |t| human_time(t.median_us))),
             escape(&signed_time(r.delta_us())),
             escape(&r.relative().map_or(String::new(), signed_pct)),
             escape(&interval_text(r)),

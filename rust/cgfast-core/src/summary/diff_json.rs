@@ -22,7 +22,7 @@ fn side_json(s: &SideStats) -> Json {
     json!({
         "replays": s.spread.count,
         "kernels_per_replay": s.kernels_per_replay,
-        "median_us": s.spread.median,
+        "median_us": s.median_us,
         "min_us": s.spread.min,
         "max_us": s.spread.max,
         "mean_us": s.spread.mean,
@@ -53,8 +53,8 @@ pub fn row_json(r: &DiffRow, mean_delta_us: f64, with_kernels: bool) -> Json {
     let mut v = json!({
         "value": r.value,
         "verdict": r.verdict.as_str(),
-        "base_us": r.base.as_ref().map(|b| b.spread.median),
-        "test_us": r.test.as_ref().map(|t| t.spread.median),
+        "base_us": r.base.as_ref().map(|b| b.median_us),
+        "test_us": r.test.as_ref().map(|t| t.median_us),
         "delta_us": r.delta_us(),
         "delta_pct": r.relative().map_or(Json::Null, pct),
         "ci_us": r.shift.map(|s| json!([finite(s.low), finite(s.high)])),
@@ -62,6 +62,7 @@ pub fn row_json(r: &DiffRow, mean_delta_us: f64, with_kernels: bool) -> Json {
         "contribution_us": r.contribution_us,
         "share_of_difference": if mean_delta_us != 0.0 { finite(r.contribution_us / mean_delta_us) } else { Json::Null },
         "base_share": r.base_share,
+        "by_graph": r.by_graph,
         "base": r.base.as_ref().map(side_json),
         "test": r.test.as_ref().map(side_json),
     });
@@ -105,6 +106,7 @@ fn offender_json(o: &Offender) -> Json {
 
 fn comparison_json(c: &Comparison, tree: bool) -> serde_json::Map<String, Json> {
     let mut v = json!({
+        "graphs": c.graphs,
         "base": info_json(&c.base),
         "test": info_json(&c.test),
         "total": row_json(&c.total, c.mean_delta_us, false),

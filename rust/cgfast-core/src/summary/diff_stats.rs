@@ -16,7 +16,7 @@
 pub const CONFIDENCE: f64 = 0.95;
 
 /// The standard normal quantile of `1 - (1 - CONFIDENCE) / 2`.
-const Z: f64 = 1.959_963_984_540_054;
+pub const Z: f64 = 1.959_963_984_540_054;
 
 /// Samples this small (`m·n`) take `k` from the exact distribution of U.
 pub const EXACT_UP_TO: usize = 2_500;

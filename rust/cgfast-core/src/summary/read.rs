@@ -28,6 +28,8 @@ pub struct Kernel {
     pub name: u32,
     /// `args[FALLBACK]` by id in [`Kernels::fallback_values`] (see [`read_keys`]).
     pub fallback: u32,
+    /// The executable graph of its node (`graph node id >> 32`; 0 where it is no integer).
+    pub graph: u64,
 }
 
 /// What a read of one trace keeps.
@@ -185,7 +187,8 @@ impl Kernels {
         }
         let ts = number(buf, f.ts).and_then(micros_to_nanos);
         let dur = number(buf, f.dur).and_then(micros_to_nanos);
-        if !crate::read::scan::node_of(buf, f.node, f.graph_id).graphed() {
+        let node = crate::read::scan::node_of(buf, f.node, f.graph_id);
+        if !node.graphed() {
             self.ungraphed += 1;
             self.ungraphed_ns += dur.unwrap_or(0).max(0);
             let marker = match f.marker {
@@ -233,6 +236,10 @@ impl Kernels {
             Some(text) => self.fallback_values.intern(&text),
             None => NONE,
         };
+        let graph = match node {
+            crate::index::Node::Id(id) => (id >> 32) as u64,
+            _ => 0,
+        };
         self.kernels.push(Kernel {
             start,
             end: start.saturating_add(dur),
@@ -241,6 +248,7 @@ impl Kernels {
             value,
             name,
             fallback,
+            graph,
         });
     }
 }

@@ -340,3 +340,68 @@ fn paths_sort_named_then_numbered() {
         paths.iter().map(|p| p.iter().map(|s| s.text.as_str()).collect::<Vec<_>>().join(".")).collect();
     assert_eq!(joined, ["m.embed", "m.layers.x", "m.layers.2", "m.layers.10"]);
 }
+
+/// Replays alternating between two graphs (a forward and a backward, say): both hold
+/// modules `a` and `b`, the second graph's kernels three times as long.
+fn two_graphs(steps: usize, seed: u64, scale_a: f64) -> String {
+    let mut rng = Rng(seed);
+    let mut events = Vec::new();
+    let mut ts = 0.0;
+    for step in 0..steps {
+        for graph in [2u64, 4] {
+            let times = if graph == 2 { [10.0, 20.0] } else { [30.0, 60.0] };
+            for (local, (module, us)) in ["a", "b"].iter().zip(times).enumerate() {
+                let us =
+                    us * if *module == "a" { scale_a } else { 1.0 } * (1.0 + 0.01 * (rng.uniform() - 0.5));
+                events.push(format!(
+                    r#"{{"ph": "X", "cat": "kernel", "name": "k_{module}", "pid": 0, "tid": 7, "ts": {ts:.3}, "dur": {us:.3}, "args": {{"correlation": {}, "graph node id": {}, "module": "{module}"}}}}"#,
+                    1000 + 2 * step + (graph as usize / 4),
+                    graph << 32 | local as u64
+                ));
+                ts += us + 1.0;
+            }
+            ts += 20.0;
+        }
+    }
+    format!(r#"{{"traceEvents": [{}]}}"#, events.join(",\n"))
+}
+
+#[test]
+fn several_graphs_are_compared_graph_by_graph() {
+    let f = Files::new();
+    // a 10% slower in both graphs (+1 µs in the first, +3 in the second); 6 steps a side
+    let base = f.write("base.json", &two_graphs(6, 1, 1.0));
+    let test = f.write("test.json", &two_graphs(6, 2, 1.1));
+    let d = diff(&[&base], &[&test], &DiffOptions::default()).unwrap();
+    assert_eq!(d.pooled.graphs, Some(2));
+    let a = row(&d.pooled, Some("a"));
+    assert!(a.by_graph);
+    // each graph half the replays: (1 + 3) / 2 = 2 µs per replay, of (10 + 30) / 2 = 20
+    let s = a.shift.unwrap();
+    assert!((s.estimate - 2.0).abs() < 0.1 && s.low > 1.5 && s.high < 2.5, "{s:?}");
+    assert!((a.base.as_ref().unwrap().median_us - 20.0).abs() < 0.2);
+    assert_eq!(a.verdict, Verdict::Slower);
+    assert_eq!(row(&d.pooled, Some("b")).verdict, Verdict::Same);
+    assert!(d.notes.is_empty());
+    // All replays together, the two graphs' times are two humps 20 µs apart: the pooled
+    // interval is far wider than the one compared graph by graph.
+    let mut pooled_base: Vec<f64> = Vec::new();
+    let mut pooled_test: Vec<f64> = Vec::new();
+    for (trace, out) in [(&base, &mut pooled_base), (&test, &mut pooled_test)] {
+        let (k, _) = key::read_keyed(trace, None, &mut |_, _| {}).unwrap();
+        let r = reduce(trace, &k, "module");
+        let a_id = r.values.iter().position(|v| v == "a").unwrap() as u32;
+        out.extend(r.cells.iter().filter(|c| c.value == a_id).map(|c| c.attributed_ns / 1e3));
+    }
+    let plain = crate::summary::diff_stats::shift(&mut pooled_base, &mut pooled_test).unwrap();
+    assert!(plain.high - plain.low > 4.0 * (s.high - s.low), "{plain:?} against {s:?}");
+    // traces that replay different numbers of graphs are compared all graphs together
+    let one = f.write("one.json", &trace_text(&model(12, 3, &|_| 1.0, None), ""));
+    let d = diff(&[&base, &one], &[&test, &one], &DiffOptions::default()).unwrap();
+    assert_eq!(d.pooled.graphs, None);
+    assert!(!row(&d.pooled, Some("a")).by_graph);
+    assert_eq!(
+        d.notes,
+        ["the traces replay different numbers of graphs (base 1 or 2, test 1 or 2): each value's replays are compared all graphs together"]
+    );
+}
