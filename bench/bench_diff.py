@@ -2,9 +2,10 @@
 """``cgfast diff`` against ``cgfast summary`` over the same two traces, side by side in
 one run.
 
-Generates two synthetic Kineto traces of ``--size-mb`` MB each with
-``bench/gen_trace.py`` (seeds 0 and 1: the same module paths, different kernels and
-times; kept in ``bench/data/``), annotates them with ``cgfast annotate``, then times,
+Generates two synthetic Kineto traces with ``bench/gen_trace.py`` (seeds 0 and 1: the
+same module paths, different kernels and times; kept in ``bench/data/``) and annotates
+them with ``cgfast annotate`` into traces of about ``--size-mb`` MB each (annotating
+adds about half again: scope spans, lanes), then times,
 alternating which goes first, ``--runs`` runs each of
 
 * ``cgfast summary BASE TEST --format json`` (both traces, added up), and
@@ -38,6 +39,8 @@ from bench_annotate import Usage, cgfast_binary, measure_usage, settle  # noqa: 
 from gen_trace import generate, write_annotations  # noqa: E402
 
 TARGET = 1.2
+# an annotated gen_trace trace is about this many times the size of the trace
+ANNOTATED_GROWTH = 1.5
 
 
 def annotated_pair(size_mb: float) -> tuple[Path, Path]:
@@ -50,7 +53,7 @@ def annotated_pair(size_mb: float) -> tuple[Path, Path]:
             directory.mkdir(parents=True, exist_ok=True)
             raw = directory / "trace.json"
             print(f"generating {raw} ...", flush=True)
-            annotations, topology = generate(raw.with_suffix(".tmp"), size_mb, seed=seed)
+            annotations, topology = generate(raw.with_suffix(".tmp"), size_mb / ANNOTATED_GROWTH, seed=seed)
             raw.with_suffix(".tmp").rename(raw)
             json_path, _ = write_annotations(directory, annotations, topology)
             done = subprocess.run(

@@ -529,9 +529,16 @@ fn side_stats(s: &Samples, group: &Group, median_us: Option<f64>) -> SideStats {
 struct Compare<'a> {
     tables: &'a Tables,
     options: &'a DiffOptions,
-    finder: ShiftFinder,
+    /// Threads the rows are worked out on (0: one per core).
+    jobs: usize,
     /// Compare graph by graph, this many (the comparison at hand).
     graphs: Option<u32>,
+}
+
+/// A row to work out: a value (by id), or a dotted path with the values under it.
+enum Job {
+    Value(u32),
+    Path(String, Vec<u32>),
 }
 
 /// A shift compared graph by graph, and each side's weighted median.
@@ -546,7 +553,13 @@ impl Compare<'_> {
     /// Hodges-Lehmann shift, weighted by the value's replays in that graph (both sides),
     /// and an interval from each graph's, taken as independent normal errors
     /// (`σ = (high - low) / 2z`). `None` where a plain comparison applies.
-    fn by_graph(&mut self, base: &Samples, test: &Samples, groups: (&Group, &Group)) -> Option<ByGraph> {
+    fn by_graph(
+        &self,
+        finder: &mut ShiftFinder,
+        base: &Samples,
+        test: &Samples,
+        groups: (&Group, &Group),
+    ) -> Option<ByGraph> {
         let graphs = self.graphs? as usize;
         let split = |s: &Samples, g: &Group| {
             let mut by: Vec<Vec<f64>> = vec![Vec::new(); graphs];
@@ -567,7 +580,7 @@ impl Compare<'_> {
         let (mut estimate, mut variance, mut medians) = (0.0, 0.0, (0.0, 0.0));
         for k in present {
             let w = (xs[k].len() + ys[k].len()) as f64 / total as f64;
-            let s = self.finder.shift(&mut xs[k], &mut ys[k]).expect("both sides have replays");
+            let s = finder.shift(&mut xs[k], &mut ys[k]).expect("both sides have replays");
             estimate += w * s.estimate;
             let sigma = (s.high - s.low) / (2.0 * Z);
             variance += w * w * sigma * sigma;
@@ -585,21 +598,22 @@ impl Compare<'_> {
     }
 
     fn row(
-        &mut self,
+        &self,
+        finder: &mut ShiftFinder,
         value: Option<String>,
         base: Option<&Samples>,
         test: Option<&Samples>,
         groups: (&Group, &Group),
     ) -> DiffRow {
         let by_graph = match (base, test) {
-            (Some(b), Some(t)) => self.by_graph(b, t, groups),
+            (Some(b), Some(t)) => self.by_graph(finder, b, t, groups),
             _ => None,
         };
         let b = base.map(|s| side_stats(s, groups.0, by_graph.as_ref().map(|g| g.medians.0)));
         let t = test.map(|s| side_stats(s, groups.1, by_graph.as_ref().map(|g| g.medians.1)));
         let shift = match (base, test, &by_graph) {
             (_, _, Some(g)) => Some(g.shift),
-            (Some(b), Some(t), None) => self.finder.shift(&mut b.us.clone(), &mut t.us.clone()),
+            (Some(b), Some(t), None) => finder.shift(&mut b.us.clone(), &mut t.us.clone()),
             _ => None,
         };
         let verdict = match (&b, &t, shift) {
@@ -681,23 +695,39 @@ impl Compare<'_> {
             us: g.busy_us.clone(),
             kernels: g.kernels.clone(),
         };
-        let mut total = self.row(None, Some(&all(base)), Some(&all(test)), groups);
+        let mut total =
+            self.row(&mut ShiftFinder::default(), None, Some(&all(base)), Some(&all(test)), groups);
         total.base_share = 1.0;
-        let mut rows = Vec::new();
-        for (id, value) in self.tables.values.iter().enumerate() {
-            let (b, t) = (base.samples(id as u32), test.samples(id as u32));
-            if b.is_none() && t.is_none() {
-                continue;
+        let values: Vec<Job> = (0..self.tables.values.len() as u32)
+            .filter(|&id| base.samples(id).is_some() || test.samples(id).is_some())
+            .map(Job::Value)
+            .collect();
+        let mut rows: Vec<DiffRow> = self.rows(&values, groups).into_iter().flatten().collect();
+        let tree = if tree {
+            // a path that is one value alone (a leaf) has that value's row (`Some` here);
+            // the others are worked out
+            let mut jobs = Vec::new();
+            let mut slots: Vec<Option<Option<DiffRow>>> = Vec::new();
+            for (path, ids) in self.paths() {
+                match ids.as_slice() {
+                    &[id] if self.tables.values[id as usize].as_deref() == Some(path.as_str()) => {
+                        let at = values.iter().position(|j| matches!(j, Job::Value(v) if *v == id));
+                        slots.push(Some(at.map(|at| DiffRow { kernels: Vec::new(), ..rows[at].clone() })));
+                    }
+                    _ => {
+                        slots.push(None);
+                        jobs.push(Job::Path(path, ids));
+                    }
+                }
             }
-            let mut row = self.row(value.clone(), b, t, groups);
-            row.kernels = self.kernels(
-                id as u32,
-                base,
-                test,
-                (b.map_or(0, |s| s.us.len()), t.map_or(0, |s| s.us.len())),
-            );
-            rows.push(row);
-        }
+            let mut worked = self.rows(&jobs, groups).into_iter();
+            slots
+                .into_iter()
+                .filter_map(|slot| slot.unwrap_or_else(|| worked.next().expect("a row per path job")))
+                .collect()
+        } else {
+            Vec::new()
+        };
         rows.sort_by(|a, b| {
             b.contribution_us
                 .abs()
@@ -705,7 +735,6 @@ impl Compare<'_> {
                 .then_with(|| b.delta_us().abs().total_cmp(&a.delta_us().abs()))
                 .then_with(|| a.value.cmp(&b.value))
         });
-        let tree = if tree { self.tree(base, test) } else { Vec::new() };
         let mean = |g: &Group| g.busy_us.iter().sum::<f64>() / g.busy_us.len().max(1) as f64;
         let mean_delta_us = mean(test) - mean(base);
         let changed: f64 =
@@ -728,8 +757,9 @@ impl Compare<'_> {
         comparison
     }
 
-    /// A row per dotted path of the values, for all values under it (itself included).
-    fn tree(&mut self, base: &Group, test: &Group) -> Vec<DiffRow> {
+    /// Every dotted path of the values, in tree order, with the values under it
+    /// (itself included).
+    fn paths(&self) -> Vec<(String, Vec<u32>)> {
         let mut under: BTreeMap<Vec<Segment>, Vec<u32>> = BTreeMap::new();
         for (id, value) in self.tables.values.iter().enumerate() {
             let Some(value) = value else { continue };
@@ -739,16 +769,56 @@ impl Compare<'_> {
                 under.entry(path).or_default().push(id as u32);
             }
         }
-        let mut rows = Vec::new();
-        for (path, ids) in under {
-            let (b, t) = (merged(base, &ids), merged(test, &ids));
-            if b.is_none() && t.is_none() {
-                continue;
+        under
+            .into_iter()
+            .map(|(path, ids)| (path.iter().map(|s| s.text.as_str()).collect::<Vec<_>>().join("."), ids))
+            .collect()
+    }
+
+    /// The rows of `jobs`, in order, worked out on up to `jobs` threads (a finder each);
+    /// a path with no replay on either side has none.
+    fn rows(&self, jobs: &[Job], groups: (&Group, &Group)) -> Vec<Option<DiffRow>> {
+        let threads = crate::files::many::threads(self.jobs).min(jobs.len()).max(1);
+        let mut out: Vec<Option<DiffRow>> = (0..jobs.len()).map(|_| None).collect();
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|first| {
+                    scope.spawn(move || {
+                        let mut finder = ShiftFinder::default();
+                        (first..jobs.len())
+                            .step_by(threads)
+                            .map(|i| (i, self.job_row(&mut finder, &jobs[i], groups)))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            for worker in workers {
+                for (i, row) in worker.join().expect("a comparison thread") {
+                    out[i] = row;
+                }
             }
-            let name = path.iter().map(|s| s.text.as_str()).collect::<Vec<_>>().join(".");
-            rows.push(self.row(Some(name), b.as_ref(), t.as_ref(), (base, test)));
+        });
+        out
+    }
+
+    fn job_row(&self, finder: &mut ShiftFinder, job: &Job, groups: (&Group, &Group)) -> Option<DiffRow> {
+        let (base, test) = groups;
+        match job {
+            Job::Value(id) => {
+                let (b, t) = (base.samples(*id), test.samples(*id));
+                let mut row = self.row(finder, self.tables.values[*id as usize].clone(), b, t, groups);
+                let replays = (b.map_or(0, |s| s.us.len()), t.map_or(0, |s| s.us.len()));
+                row.kernels = self.kernels(*id, base, test, replays);
+                Some(row)
+            }
+            Job::Path(path, ids) => {
+                let (b, t) = (merged(base, ids), merged(test, ids));
+                if b.is_none() && t.is_none() {
+                    return None;
+                }
+                Some(self.row(finder, Some(path.clone()), b.as_ref(), t.as_ref(), groups))
+            }
         }
-        rows
     }
 }
 
@@ -857,7 +927,7 @@ pub fn diff_files(
         });
     }
     let test_read = read.split_off(base.len());
-    build(read, test_read, options)
+    build(read, test_read, options, jobs)
 }
 
 fn side_name(test: bool) -> &'static str {
@@ -908,7 +978,12 @@ fn agree_on_key(
     Ok((best[0].to_string(), key::fallback_note(best[0])))
 }
 
-fn build(base: Vec<TraceReplays>, test: Vec<TraceReplays>, options: &DiffOptions) -> Result<Diff, String> {
+fn build(
+    base: Vec<TraceReplays>,
+    test: Vec<TraceReplays>,
+    options: &DiffOptions,
+    jobs: usize,
+) -> Result<Diff, String> {
     for (side, traces) in [("base", &base), ("test", &test)] {
         let kernels: u64 = traces.iter().map(|t| t.info.kernels).sum();
         if kernels == 0 {
@@ -953,7 +1028,7 @@ fn build(base: Vec<TraceReplays>, test: Vec<TraceReplays>, options: &DiffOptions
     // Values of no replay (their kernels had no correlation) would have no row: keep the
     // tables as they are, rows skip values without samples.
     let [(base_pooled, base_ranks), (test_pooled, test_ranks)] = &sides;
-    let mut compare = Compare { tables: &tables, options, finder: ShiftFinder::default(), graphs: None };
+    let mut compare = Compare { tables: &tables, options, jobs, graphs: None };
     let pooled = compare.compare(None, base_pooled, test_pooled, hierarchy.tree);
     let mut ranks = Vec::new();
     if options.per_rank {
