@@ -133,7 +133,7 @@ def cgfast_by_name(report) -> dict:
     return totals
 
 
-def test_counts_and_durations_per_kernel_name_agree_with_hta(trace_diff, pair, capsys):
+def test_counts_and_durations_per_kernel_name_agree_with_hta(trace_diff, pair):
     base, test = pair
     hta = hta_by_name(trace_diff, base, test)
     run = cgfast("diff", base, test, "--by", "name", "--format", "json")
@@ -154,17 +154,16 @@ def test_counts_and_durations_per_kernel_name_agree_with_hta(trace_diff, pair, c
     # --by kernel gives a row per kernel name, the same kernels
     by_kernel = json.loads(cgfast("diff", base, test, "--by", "kernel", "--format", "json").stdout)
     assert {r["value"] for r in by_kernel["rows"]} == set(ours)
-    # What cgfast adds, on these traces: which module changed, by how much, how sure.
+    # What cgfast adds, on these traces (shown with pytest -s): which module changed, by
+    # how much per replay, and how sure that is.
     by_module = json.loads(cgfast("diff", base, test, "--format", "json").stdout)
-    with capsys.disabled():
-        changed_names = hta[hta["diff_duration"].abs() > 1].sort_values("diff_duration")
-        print(f"\nHTA: {len(changed_names)} kernel names whose total duration changed by more than 1 µs")
-        for name, h in changed_names.head(5).iterrows():
-            print(f"  {name[:70]}: {h['diff_duration']:+.1f} µs over {h['control_counts']:.0f} kernels")
-        print(f"cgfast diff (by {by_module['by']}, {by_module['base']['replays']} replays a side):")
-        for r in by_module["rows"][:5]:
-            ci = r["ci_us"] or [None, None]
-            print(f"  {r['value']}: {r['verdict']}, {r['delta_us']:+.2f} µs per replay, interval {ci}")
+    changed_names = hta[hta["diff_duration"].abs() > 1].sort_values("diff_duration")
+    print(f"\nHTA: {len(changed_names)} kernel names whose total duration changed by more than 1 µs")
+    for name, h in changed_names.head(5).iterrows():
+        print(f"  {name[:70]}: {h['diff_duration']:+.1f} µs over {h['control_counts']:.0f} kernels")
+    print(f"cgfast diff (by {by_module['by']}, {by_module['base']['replays']} replays a side):")
+    for r in by_module["rows"][:5]:
+        print(f"  {r['value']}: {r['verdict']}, {r['delta_us']:+.2f} µs per replay, interval {r['ci_us']}")
 
 
 def test_the_example_pair_names_the_module_that_changed(trace_diff, tmp_path):

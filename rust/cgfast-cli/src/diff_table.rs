@@ -60,14 +60,19 @@ fn interval_us(r: &DiffRow) -> String {
     }
 }
 
+/// A side's time per replay and the standard deviation over its replays.
+fn time_and_spread(s: &SideStats) -> String {
+    format!("{} ±{:.2}", us(s.median_us), s.spread.stdev)
+}
+
 /// The cells of a row.
 fn cells(r: &DiffRow, c: &Comparison) -> Vec<String> {
     vec![
         clip_start(r.value.as_deref().unwrap_or(UNANNOTATED), 60),
         r.verdict.as_str().to_string(),
         kernels_per_replay(r),
-        r.base.as_ref().map_or("—".into(), |b| us(b.median_us)),
-        r.test.as_ref().map_or("—".into(), |t| us(t.median_us)),
+        r.base.as_ref().map_or("—".into(), time_and_spread),
+        r.test.as_ref().map_or("—".into(), time_and_spread),
         signed_us(r.delta_us()),
         r.relative().map_or("—".into(), signed_pct),
         interval_us(r),
@@ -135,8 +140,8 @@ fn comparison_table(out: &mut impl Write, diff: &Diff, c: &Comparison, top: usiz
             by,
             "verdict",
             "kernels/replay",
-            "base µs",
-            "test µs",
+            "base µs ±sd",
+            "test µs ±sd",
             "change µs",
             "change",
             "95% interval µs",
@@ -180,8 +185,8 @@ fn comparison_table(out: &mut impl Write, diff: &Diff, c: &Comparison, top: usiz
             "path",
             "verdict",
             "kernels/replay",
-            "base µs",
-            "test µs",
+            "base µs ±sd",
+            "test µs ±sd",
             "change µs",
             "change",
             "95% interval µs",
