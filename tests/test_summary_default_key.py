@@ -79,6 +79,7 @@ def test_the_icicle_follows_the_key(tmp_path):
         chart = tmp_path / f"{trace.stem}.html"
         assert cgfast("summary", trace, "--chart", chart).returncode == 0
         assert ("hierarchy</text>" in chart.read_text()) is drawn
+    assert "GPU time of graph replays by kernel name" in (tmp_path / "b.annotated.html").read_text()
 
 
 def test_nothing_annotated_is_zero_not_minus_zero(tmp_path):

@@ -40,7 +40,10 @@ median of all test-minus-base differences between replays), with its distributio
 95% confidence interval from the Mann-Whitney U distribution (exact for small samples, \
 normal approximation with a tie correction for large ones). A value is slower (faster) \
 when the interval lies above (below) 0 and the change is at least --threshold of its \
-base median, same otherwise; new or gone when one side has none of its kernels.
+base median, same otherwise; new or gone when one side has none of its kernels. \
+Replays of several graphs (a training step's forward and backward, say) are compared \
+graph by graph, each graph's shift weighted by how often the value appears in its \
+replays and the intervals combined as independent normal errors.
 
 Exit status: 0 when the diff ran (and the gate passed), 1 on an error (nothing is \
 written), 2 on a bad command line, 3 when --fail-if-slower trips (the report is printed \

@@ -206,7 +206,7 @@ pub fn svg(summary: &Summary, rows: &[Row]) -> (String, u32) {
 <text x="16" y="30" font-size="19" font-weight="bold" fill="#222">{}</text>
 <text x="16" y="54" font-size="13" fill="#555">{}</text>
 "##,
-        escape(&format!("The args.{} hierarchy", summary.by)),
+        escape(&format!("The {} hierarchy", super::key::label(&summary.by))),
         escape(&notes.join("; "))
     );
     if root.total_us > 0.0 {
