@@ -11,12 +11,20 @@
 //! lies above (below) 0 and the estimate is at least the threshold of its base median,
 //! `same` otherwise, `new` or `gone` when one side has none of its kernels.
 //!
+//! Traces that replay several graphs (a training step's forward and backward graphs)
+//! have values whose time per replay differs by graph; pooled, their replays form two
+//! humps and the interval is wide. Where every trace of both sides replays the same
+//! number of graphs (numbered in the order of their first replay), a value found in the
+//! same graphs on both sides is compared graph by graph: the shifts weighted by how
+//! often the value appears in each graph's replays, the intervals combined as
+//! independent normal errors.
+//!
 //! Each row also says how much of the change of the mean busy time per replay the value
 //! accounts for: its mean attributed time per replay (0 in replays without it), test
 //! minus base. These add up to the change of the mean busy time (attributed times sum to
 //! the busy time), which medians do not.
 //!
-//! Memory: a trace is read as `summary` reads it (the graphed kernels only, about 48
+//! Memory: a trace is read as `summary` reads it (the graphed kernels only, about 56
 //! bytes each) and reduced to per-(value, replay) sums on the thread that read it; only
 //! those are kept, so what stays grows with values × replays, not with the traces' size.
 
