@@ -9,7 +9,7 @@
 //! and the replays of a GPU program, with their long tails, are rarely normal.
 //!
 //! The `m·n` differences are never all stored: an order statistic of them is selected
-//! in the implicit matrix they form over the two sorted samples (see [`Differences`]),
+//! in the implicit matrix they form over the two sorted samples (see `Differences`),
 //! in about `O((m + n) log(m·n))`.
 
 /// The confidence of every interval.
