@@ -15,6 +15,7 @@ from cgfast._cgfast import (
     move_overlapping_to_stream,
 )
 from cgfast.annotations import load_annotations, save_annotations
+from cgfast.diff import diff
 from cgfast.summary import summarize, summarize_frame, summary_report
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "__version__",
     "annotate_file",
     "annotate_trace",
+    "diff",
     "find_traces",
     "fix_overlapping_timestamps",
     "load_annotations",

@@ -16,6 +16,7 @@ __all__ = [
     "__version__",
     "annotate_file",
     "annotate_trace",
+    "diff_report",
     "find_traces",
     "fix_overlapping_timestamps",
     "move_overlapping_to_stream",
@@ -64,7 +65,7 @@ def run_cli(argv: Sequence[str]) -> int: ...
 def summary_report(
     paths: _Path | Iterable[_Path],
     *,
-    by: str = "name",
+    by: str | None = None,
     steps: bool = False,
     top: int = 3,
     jobs: int = 0,
@@ -74,6 +75,21 @@ def summary_report(
     hierarchy: bool | None = None,
 ) -> dict[str, Any]: ...
 def find_traces(paths: _Path | Iterable[_Path], *, annotated: bool = False) -> list[str]: ...
+def diff_report(
+    base: _Path | Iterable[_Path],
+    test: _Path | Iterable[_Path],
+    *,
+    by: str | None = None,
+    depth: int | None = None,
+    group_layers: bool = False,
+    hierarchy: bool | None = None,
+    threshold: float = 2.0,
+    per_rank: bool = False,
+    fail_if_slower: float | None = None,
+    min_share: float = 1.0,
+    jobs: int = 0,
+    chart: _Path | None = None,
+) -> dict[str, Any]: ...
 
 # cgfast.capture's graph queries (private, not in __all__): the extension looks the
 # driver and CUPTI functions up itself in libraries the process has loaded, and calls

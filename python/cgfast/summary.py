@@ -26,7 +26,7 @@ Paths = Union[PathLike, Iterable[PathLike]]
 
 def summary_report(
     paths: Paths,
-    by: str = "name",
+    by: Optional[str] = None,
     steps: bool = False,
     *,
     top: int = 3,
@@ -44,6 +44,9 @@ def summary_report(
     (``model.layers.0.mlp`` and ``model.layers.1.mlp`` as ``model.layers.*.mlp``);
     ``hierarchy``: draw the values' tree as an icicle in the chart (``None``, the default:
     when ``by`` is ``"module"`` or values are rolled up; ``False``: never, bars only).
+    ``by``: the key grouped by (``"module"``, ``"name"``, ``"kernel"`` for the kernel's own
+    name, or any key of ``args``; ``None``, the default: ``module`` where the traces carry
+    it, else ``name``, else ``kernel``; the report's ``by`` says which).
     Raises ``cgfast.TraceError`` naming every trace that cannot be read."""
     return _cgfast.summary_report(
         paths,
@@ -60,7 +63,7 @@ def summary_report(
 
 def summarize(
     paths: Paths,
-    by: str = "name",
+    by: Optional[str] = None,
     steps: bool = False,
     *,
     top: int = 3,
@@ -104,7 +107,7 @@ def summarize(
     return pandas.DataFrame(rows) if frame else rows
 
 
-def summarize_frame(paths: Paths, by: str = "name", steps: bool = False, **options: Any) -> Any:
+def summarize_frame(paths: Paths, by: Optional[str] = None, steps: bool = False, **options: Any) -> Any:
     """:func:`summarize` as a pandas DataFrame."""
     return summarize(paths, by, steps, frame=True, **options)
 

@@ -3,6 +3,8 @@
 
 mod annotate;
 mod annotate_many;
+mod diff;
+mod diff_table;
 mod files_progress;
 mod progress;
 mod summary;
@@ -31,9 +33,13 @@ enum Command {
     /// Where the GPU time of graph replays goes: per value of an annotation key, its
     /// kernels, time and share of the busy time, from one or more annotated traces.
     Summary(summary::Args),
+    /// Which values got slower or faster between two runs (base and test), by how much
+    /// and how sure: each graph replay a sample, a 95% interval of each change, and a
+    /// gate for CI (--fail-if-slower, exit status 3).
+    Diff(diff::Args),
 }
 
-const SUBCOMMANDS: &[&str] = &["annotate", "summary", "help"];
+const SUBCOMMANDS: &[&str] = &["annotate", "summary", "diff", "help"];
 
 /// The exit status of a run stopped by SIGINT or SIGTERM (128 + SIGINT, as shells do).
 pub const INTERRUPTED: i32 = 130;
@@ -59,14 +65,18 @@ where
         }
     };
     let result = std::panic::catch_unwind(|| match cli.command {
-        Command::Annotate(a) => a.check().and_then(|()| match a.single_trace() {
-            Some(trace) => annotate::run(&a, trace),
-            None => annotate_many::run(&a),
-        }),
-        Command::Summary(a) => summary::run(a),
+        Command::Annotate(a) => a
+            .check()
+            .and_then(|()| match a.single_trace() {
+                Some(trace) => annotate::run(&a, trace),
+                None => annotate_many::run(&a),
+            })
+            .map(|()| 0),
+        Command::Summary(a) => summary::run(a).map(|()| 0),
+        Command::Diff(a) => diff::run(a),
     });
     match result {
-        Ok(Ok(())) => 0,
+        Ok(Ok(status)) => status,
         Ok(Err(_)) if cgfast_core::cancel::requested() => {
             eprintln!("cgfast: interrupted");
             INTERRUPTED

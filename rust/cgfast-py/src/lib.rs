@@ -2,6 +2,7 @@
 
 mod convert;
 mod dict_passes;
+mod diff_api;
 mod file_api;
 mod graph_walk;
 mod summary_api;
@@ -28,6 +29,7 @@ fn _cgfast(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(file_api::run_cli, m)?)?;
     m.add_function(wrap_pyfunction!(summary_api::summary_report, m)?)?;
     m.add_function(wrap_pyfunction!(summary_api::find_traces, m)?)?;
+    m.add_function(wrap_pyfunction!(diff_api::diff_report, m)?)?;
     m.add("DEFAULTS", defaults(m.py())?)?;
     graph_walk::register(m)?;
     Ok(())

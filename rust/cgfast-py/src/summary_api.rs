@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use cgfast_core::files::inputs::{self, Wanted};
 use cgfast_core::files::many::Silent;
-use cgfast_core::summary::hierarchy::Hierarchy;
+use cgfast_core::summary::hierarchy::{Hierarchy, MODULE_KEY};
+use cgfast_core::summary::key::DefaultKey;
 use cgfast_core::summary::{chart, summarize_files, SummaryOptions};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -15,7 +16,7 @@ use crate::file_api::path_of;
 use crate::TraceError;
 
 /// One path, or an iterable of them.
-fn paths_of(obj: &Bound<'_, PyAny>) -> PyResult<Vec<PathBuf>> {
+pub(crate) fn paths_of(obj: &Bound<'_, PyAny>) -> PyResult<Vec<PathBuf>> {
     if let Some(one) = path_of(obj).ok().flatten() {
         return Ok(vec![one]);
     }
@@ -50,15 +51,16 @@ pub fn find_traces<'py>(
 /// json` prints), plus `replay_rows` with `steps`. `depth` rolls values (module
 /// paths) up to their first N dotted segments, `group_layers` merges numbered siblings
 /// (`layers.*`), `hierarchy` draws the values' tree in the chart (None: when `by` is
-/// `module` or values are rolled up; False: never, bars only).
+/// `module` or values are rolled up; False: never, bars only). `by` None: `module` where
+/// the traces carry it, else `name`, else `kernel` (the kernel's own name).
 /// Raises `TraceError` naming every trace that cannot be read.
 #[pyfunction]
-#[pyo3(signature = (paths, *, by = "name", steps = false, top = 3, jobs = 0, chart = None, depth = None, group_layers = false, hierarchy = None))]
+#[pyo3(signature = (paths, *, by = None, steps = false, top = 3, jobs = 0, chart = None, depth = None, group_layers = false, hierarchy = None))]
 #[allow(clippy::too_many_arguments)]
 pub fn summary_report<'py>(
     py: Python<'py>,
     paths: &Bound<'py, PyAny>,
-    by: &str,
+    by: Option<&str>,
     steps: bool,
     top: usize,
     jobs: usize,
@@ -67,7 +69,7 @@ pub fn summary_report<'py>(
     group_layers: bool,
     hierarchy: Option<bool>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    if by.is_empty() {
+    if by == Some("") {
         return Err(PyValueError::new_err("by must be a key of args, such as 'name' or 'module'"));
     }
     if depth == Some(0) {
@@ -78,13 +80,15 @@ pub fn summary_report<'py>(
             "hierarchy draws the hierarchy in a chart: give chart='out.html' (or .svg)",
         ));
     }
+    let default_key = by.is_none().then_some(DefaultKey { tree: hierarchy });
+    let by = by.unwrap_or(MODULE_KEY);
     let hierarchy = Hierarchy::new(by, depth, group_layers, hierarchy);
     let paths = paths_of(paths)?;
     let chart = match chart {
         Some(c) => path_of(c)?,
         None => None,
     };
-    let options = SummaryOptions { by: by.to_string(), steps, top, hierarchy };
+    let options = SummaryOptions { by: by.to_string(), steps, top, hierarchy, default_key };
     let report = py.detach(|| {
         let traces = inputs::find(&paths, Wanted::Annotated)?;
         let (summary, failures) = summarize_files(&traces, &options, jobs, &Silent);

@@ -88,7 +88,7 @@ fn rest_note(rest: &[Row]) -> Option<String> {
 fn headline(summary: &Summary) -> (String, String) {
     let t = summary.totals();
     let count = |n: u64, what: &str| if n == 1 { format!("1 {what}") } else { format!("{n} {what}s") };
-    let title = format!("GPU time of graph replays by args.{}", summary.by);
+    let title = format!("GPU time of graph replays by {}", super::key::label(&summary.by));
     let subtitle = format!(
         "{}, {} in {}; busy {} (overlaps counted once); {:.1}% annotated",
         count(t.traces, "trace"),

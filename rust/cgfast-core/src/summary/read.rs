@@ -6,7 +6,7 @@ use std::path::Path;
 use crate::index::keys::{Num, Strings};
 use crate::index::Cat;
 use crate::json::{text_of, Cursor, Scalar, Scan, StrSpan};
-use crate::read::events::{self, for_each_event};
+use crate::read::events::{self, for_each_event_and_member};
 
 use super::time::micros_to_nanos;
 
@@ -26,6 +26,10 @@ pub struct Kernel {
     pub value: u32,
     /// Its `name`, by id in [`Kernels::names`].
     pub name: u32,
+    /// `args[FALLBACK]` by id in [`Kernels::fallback_values`] (see [`read_keys`]).
+    pub fallback: u32,
+    /// The executable graph of its node (`graph node id >> 32`; 0 where it is no integer).
+    pub graph: u64,
 }
 
 /// What a read of one trace keeps.
@@ -33,6 +37,7 @@ pub struct Kernel {
 pub struct Kernels {
     pub kernels: Vec<Kernel>,
     pub values: Strings,
+    pub fallback_values: Strings,
     pub names: Strings,
     pub devices: Strings,
     pub events: u64,
@@ -51,6 +56,8 @@ pub struct Kernels {
     pub ambiguous: (u64, i64),
     /// The same for unmatched replays.
     pub unmatched: (u64, i64),
+    /// The trace's `distributedInfo.rank`, where it has one.
+    pub rank: Option<u64>,
 }
 
 #[derive(Default)]
@@ -64,6 +71,7 @@ struct Fields {
     graph_id: Option<Scalar>,
     correlation: Option<Scalar>,
     value: Option<Scalar>,
+    fallback: Option<Scalar>,
     marker: Option<Scalar>,
 }
 
@@ -79,7 +87,7 @@ fn key_bytes(buf: &[u8], key: StrSpan) -> std::borrow::Cow<'_, [u8]> {
     }
 }
 
-fn read_fields(c: &mut Cursor<'_>, by: &[u8]) -> Scan<Fields> {
+fn read_fields(c: &mut Cursor<'_>, by: &[u8], fallback: Option<&[u8]>) -> Scan<Fields> {
     let mut f = Fields::default();
     c.object(|c, key| {
         let buf = c.buf;
@@ -91,10 +99,12 @@ fn read_fields(c: &mut Cursor<'_>, by: &[u8]) -> Scan<Fields> {
             b"dur" => &mut f.dur,
             b"args" if c.peek()? == b'{' => {
                 // A later `args` replaces an earlier one, as a JSON parser would have it.
-                (f.node, f.graph_id, f.correlation, f.value, f.marker) = (None, None, None, None, None);
+                (f.node, f.graph_id, f.correlation, f.value, f.fallback, f.marker) =
+                    (None, None, None, None, None, None);
                 return c.object(|c, key| {
                     let buf = c.buf;
                     let by_key = key_is(buf, key, by);
+                    let fallback_key = fallback.is_some_and(|f| key_is(buf, key, f));
                     let slot = if key_is(buf, key, b"graph node id") {
                         Some(&mut f.node)
                     } else if key_is(buf, key, b"correlation") {
@@ -106,12 +116,15 @@ fn read_fields(c: &mut Cursor<'_>, by: &[u8]) -> Scan<Fields> {
                     } else {
                         None
                     };
-                    if slot.is_none() && !by_key {
+                    if slot.is_none() && !by_key && !fallback_key {
                         return c.skip_value();
                     }
                     let v = c.scalar()?;
                     if by_key {
                         f.value = Some(v);
+                    }
+                    if fallback_key {
+                        f.fallback = Some(v);
                     }
                     if let Some(slot) = slot {
                         *slot = Some(v);
@@ -120,7 +133,8 @@ fn read_fields(c: &mut Cursor<'_>, by: &[u8]) -> Scan<Fields> {
                 });
             }
             b"args" => {
-                (f.node, f.graph_id, f.correlation, f.value, f.marker) = (None, None, None, None, None);
+                (f.node, f.graph_id, f.correlation, f.value, f.fallback, f.marker) =
+                    (None, None, None, None, None, None);
                 return c.skip_value();
             }
             _ => return c.skip_value(),
@@ -173,7 +187,8 @@ impl Kernels {
         }
         let ts = number(buf, f.ts).and_then(micros_to_nanos);
         let dur = number(buf, f.dur).and_then(micros_to_nanos);
-        if !crate::read::scan::node_of(buf, f.node, f.graph_id).graphed() {
+        let node = crate::read::scan::node_of(buf, f.node, f.graph_id);
+        if !node.graphed() {
             self.ungraphed += 1;
             self.ungraphed_ns += dur.unwrap_or(0).max(0);
             let marker = match f.marker {
@@ -217,24 +232,77 @@ impl Kernels {
             Some(text) => self.values.intern(&text),
             None => NONE,
         };
-        self.kernels.push(Kernel { start, end: start.saturating_add(dur), device, replay, value, name });
+        let fallback = match f.fallback.and_then(|v| value_text(buf, v)) {
+            Some(text) => self.fallback_values.intern(&text),
+            None => NONE,
+        };
+        let graph = match node {
+            crate::index::Node::Id(id) => (id >> 32) as u64,
+            _ => 0,
+        };
+        self.kernels.push(Kernel {
+            start,
+            end: start.saturating_add(dur),
+            device,
+            replay,
+            value,
+            name,
+            fallback,
+            graph,
+        });
     }
 }
 
 /// Read the graphed work of `path`, grouped later by `args[by]`.
 pub fn read(path: &Path, by: &str, progress: &mut dyn FnMut(u64, u64)) -> Result<Kernels, String> {
+    read_keys(path, by, None, progress)
+}
+
+/// [`read`], keeping `args[fallback]` of each kernel too ([`Kernel::fallback`]), for
+/// a key to group by where the trace does not carry `by`.
+pub fn read_keys(
+    path: &Path,
+    by: &str,
+    fallback: Option<&str>,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Kernels, String> {
     let mut kept = Kernels::default();
     let by = by.as_bytes();
-    for_each_event(path, progress, &mut |c| {
-        if c.peek()? != b'{' {
-            kept.events += 1;
-            return c.skip_value();
-        }
-        let fields = read_fields(c, by)?;
-        kept.keep(c.buf, fields);
-        Ok(())
-    })
+    let fallback = fallback.map(str::as_bytes);
+    let mut rank = None;
+    for_each_event_and_member(
+        path,
+        progress,
+        &mut |c| {
+            if c.peek()? != b'{' {
+                kept.events += 1;
+                return c.skip_value();
+            }
+            let fields = read_fields(c, by, fallback)?;
+            kept.keep(c.buf, fields);
+            Ok(())
+        },
+        &mut |c, key| {
+            if !key_is(c.buf, key, b"distributedInfo") || c.peek()? != b'{' {
+                return c.skip_value();
+            }
+            let mut found = None;
+            c.object(|c, key| match key_is(c.buf, key, b"rank") {
+                true => {
+                    found = number(c.buf, Some(c.scalar()?)).and_then(|t| match Num::parse(t) {
+                        Some(Num::Int(i)) => u64::try_from(i).ok(),
+                        _ => None,
+                    });
+                    Ok(())
+                }
+                false => c.skip_value(),
+            })?;
+            rank = found;
+            Ok(())
+        },
+    )
     .map_err(|f| events::describe(path, f))?;
+    kept.rank = rank;
     Ok(kept)
 }
 
