@@ -1,6 +1,7 @@
 """Cost of cgfast.capture scopes.
 
     python bench/bench_capture.py [--json out.json]
+    python bench/bench_capture.py --against OTHER/python [--rounds 9]
 
 Always: a scope's enter+exit while annotations are disabled, and while enabled but not
 capturing, without and with ``install()``'s patches (which count captures in progress,
@@ -17,16 +18,22 @@ class whose ``replay`` does nothing (so the call itself is all there is), patche
 ``install()`` patches torch's, replaying a recorded graph; and what it costs under an
 active CPU profiler (the ``cgfast.replay`` range). With a GPU also the same on a real
 ``torch.cuda.CUDAGraph`` of one kernel.
+
+``--against`` runs it for this build and another one, side by side (``side_by_side.py``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
+import cgfast
+from capture_build import KEYS_ATTR, GraphKeys, class_is_patched, patch_class, unpatch_class
 from cgfast import capture
+from side_by_side import side_by_side
 
 
 def per_scope_us(repeat: int) -> float:
@@ -73,17 +80,15 @@ def per_replay_us(graph, repeat: int) -> float:
 def replay_figures(graph, recorded: bool, repeat: int, prefix: str) -> dict:
     """A replay call of ``graph`` unpatched, patched (outside and inside a profiler
     session), and the patch's overhead outside one; ``graph``'s class is left unpatched."""
-    from cgfast.capture._graphs import _KEYS_ATTR, GraphKeys, patch_class, unpatch_class
-
     cls = type(graph)
-    was_patched = "_cgfast_original_methods" in cls.__dict__
+    was_patched = class_is_patched(cls)
     unpatch_class(cls)
     out = {f"{prefix}_unpatched_us": per_replay_us(graph, repeat)}
     patch_class(cls)
     if recorded:
         keys = GraphKeys(1, None)
         keys.key_id = 2  # remapped to its executable graph, as after a capture
-        setattr(graph, _KEYS_ATTR, keys)
+        setattr(graph, KEYS_ATTR, keys)
     out[f"{prefix}_patched_us"] = per_replay_us(graph, repeat)
     out[f"{prefix}_patch_overhead_us"] = out[f"{prefix}_patched_us"] - out[f"{prefix}_unpatched_us"]
     try:
@@ -124,15 +129,27 @@ def best_of(runs: int, fn, *args) -> float:
     return min(fn(*args) for _ in range(runs))
 
 
-def main() -> int:
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="also write the figures here")
     parser.add_argument("--repeat", type=int, default=200_000)
     parser.add_argument("--ops", type=int, default=4096, help="kernels per measured capture")
     parser.add_argument("--topology-nodes", type=int, default=20_000)
-    args = parser.parse_args()
+    parser.add_argument("--against", metavar="DIR", help="also time the cgfast build in DIR, side by side")
+    parser.add_argument("--rounds", type=int, default=9, help="with --against: runs per build")
+    args = parser.parse_args(argv)
+    if args.against:
+        forwarded = [
+            "--repeat",
+            str(args.repeat),
+            "--ops",
+            str(args.ops),
+            "--topology-nodes",
+            str(args.topology_nodes),
+        ]
+        return side_by_side(__file__, forwarded, args.against, args.rounds, args.json)
 
-    results = {"backend": capture.backend()}
+    results = {"backend": capture.backend(), "cgfast": os.path.realpath(cgfast.__file__)}
     capture.disable_annotations()
     results["disabled_scope_us"] = per_scope_us(args.repeat)
     capture.enable_annotations()

@@ -1,14 +1,17 @@
-"""Python-side cost of cgfast.capture's ctypes driver layer, on any machine.
+"""Python-side cost of cgfast.capture's driver layer, on any machine.
 
     python bench/bench_driver_calls.py [--nodes 400] [--repeat 5]
+    python bench/bench_driver_calls.py --against OTHER/python [--rounds 9]
 
 Compiles a stand-in for ``libcuda.so.1`` and ``libcupti`` (C, with ``cc``) whose
 entry points answer at once from a chain graph of ``--nodes`` kernel nodes, and times
-what cgfast does through ctypes per module boundary (``node_count``, ``capture_graph``)
-and per node at capture end (``node_type``, ``node_id``, ``dependencies``,
-``kernel_launch``, and ``Recorder.record_topology`` over the whole graph). The real
-driver's own work is not in these figures; only what Python and ctypes add to it.
-Best of ``--repeat`` runs each.
+what cgfast does per module boundary (``node_count``: a native call through the
+extension; ``capture_graph``: ctypes) and per node at capture end (``node_type``,
+``node_id``, ``dependencies``, ``kernel_launch`` through ctypes, and
+``Recorder.record_topology`` over the whole graph: one native walk). The real driver's
+own work is not in these figures; only what Python, ctypes and the extension add to it.
+Best of ``--repeat`` runs each. ``--against`` times another build side by side
+(``side_by_side.py``).
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ import sys
 import tempfile
 import time
 
+import cgfast
 from cgfast.capture._core import Recorder
 from cgfast.capture._id_sources import CuptiIdSource
 from cgfast.capture._interface import Backend
 from cgfast.capture._libcuda import LibcudaGraphs
+from side_by_side import side_by_side
 
 _STAND_IN = r"""
 #include <stddef.h>
@@ -38,8 +43,15 @@ int cuGetErrorName(int c, const char **s) { *s = "error"; return 0; }
 int cuStreamGetCaptureInfo_v3(void *s, int *st, uint64_t *id, void **g, void ***deps, void **ed, size_t *n) {
   *st = 1; if (id) *id = 1; if (g) *g = (void *)0x99; if (deps) *deps = 0; if (n) *n = 0; return 0; }
 int cuGraphGetRootNodes(void *g, void **a, size_t *n) { if (a && *n >= 1) a[0] = (void *)base; *n = 1; return 0; }
+/* with GROWING, each count query sees one node more than the last, from 0 after
+   stand_in_restart(): as if an op ran between two module boundaries */
+static size_t grown;
+void stand_in_restart(void) { grown = 0; }
 int cuGraphGetNodes(void *g, void **a, size_t *n) {
   if (a) { size_t m = *n < NODES ? *n : NODES; for (size_t i = 0; i < m; i++) a[i] = (void *)(base + i); }
+#ifdef GROWING
+  else { *n = grown++; return 0; }
+#endif
   *n = NODES; return 0; }
 int cuGraphNodeGetDependentNodes_v2(void *node, void **a, void *e, size_t *n) {
   uintptr_t i = (uintptr_t)node - base;
@@ -60,12 +72,16 @@ int cuptiGetGraphExecId(void *g, uint32_t *id) { *id = 2; return 0; }
 """
 
 
-def build_stand_in(directory: str, nodes: int) -> str:
-    source = os.path.join(directory, "stand_in.c")
-    library = os.path.join(directory, "libstand_in.so")
+def build_stand_in(directory: str, nodes: int, growing: bool = False) -> str:
+    """The stand-in library, compiled into ``directory``: a graph of ``nodes`` kernel
+    nodes in a chain (``growing``: whose count queries count up, see ``_STAND_IN``)."""
+    name = f"stand_in_{nodes}{'_growing' if growing else ''}"
+    source = os.path.join(directory, f"{name}.c")
+    library = os.path.join(directory, f"lib{name}.so")
     with open(source, "w") as out:
         out.write(_STAND_IN)
-    subprocess.run(["cc", "-O2", "-shared", "-fPIC", f"-DNODES={nodes}", "-o", library, source], check=True)
+    defines = [f"-DNODES={nodes}", *(["-DGROWING"] if growing else [])]
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", *defines, "-o", library, source], check=True)
     return library
 
 
@@ -84,7 +100,12 @@ def main(argv=None) -> int:
     parser.add_argument("--nodes", type=int, default=400)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument("--against", metavar="DIR", help="also time the cgfast build in DIR, side by side")
+    parser.add_argument("--rounds", type=int, default=9, help="with --against: runs per build")
     args = parser.parse_args(argv)
+    if args.against:
+        forwarded = ["--nodes", str(args.nodes), "--repeat", str(args.repeat)]
+        return side_by_side(__file__, forwarded, args.against, args.rounds, args.json)
     with tempfile.TemporaryDirectory() as directory:
         library = build_stand_in(directory, args.nodes)
         graphs = LibcudaGraphs(ctypes.CDLL(library))
@@ -105,7 +126,7 @@ def main(argv=None) -> int:
     print(json.dumps({name: round(value, 3) for name, value in figures.items()}, indent=1))
     if args.json:
         with open(args.json, "w") as out:
-            json.dump(figures, out, indent=2)
+            json.dump({**figures, "cgfast": os.path.realpath(cgfast.__file__)}, out, indent=2)
     return 0
 
 

@@ -2,11 +2,17 @@
 
     python bench/bench_modules.py [--json out.json] [--models resnet50,vit_small_patch16_224]
                                   [--repeat N] [--profile DIR]
+    python bench/bench_modules.py --against OTHER/python [--rounds 5] [...]
 
 Always (CPU or GPU): the cost per module call outside any capture, without and with
 an active handle (the hooks' flag check), and with a pair of global hooks that do
 nothing (torch's slower call path, which cgfast's hooks take during a capture), on 200
-``nn.Identity`` modules.
+``nn.Identity`` modules. And inside a capture on the stand-in driver of
+``bench_driver_calls.py`` (a library answering at once; node counts counting up, as if
+each module launched a kernel): what an active handle adds per module call of 200
+``nn.ReLU`` modules (a forward's two node counts through the extension, the spans), and
+what the capture's end costs (resolving the spans, one native walk of the graph,
+remapping), medians of ``--repeat`` x 10 captures.
 With a GPU also, side by side in one run: capture time of ``torch.cuda.graph`` around one
 forward (batch 8, ``torch.no_grad``) plain, with ``annotate_modules`` (without and
 with ``stacks=True``), and with a
@@ -18,19 +24,32 @@ timed by wrapping them (module hooks, capture begin/end, topology walk, resolve,
 (un)installation), garbage collection, each driver query timed on the model's graph,
 torch's slow call path under two no-op global hooks, and a cProfile of one annotated
 capture written to DIR.
+``--against`` runs all of it (not ``--profile``) for this build and another one, side by
+side (``side_by_side.py``): medians of ``--rounds`` runs per build, alternating.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import json
+import os
 import statistics
 import sys
+import tempfile
 import time
 
 import torch
 
+import cgfast
+from bench_driver_calls import build_stand_in
+from capture_build import patch_class, state, unpatch_class
 from cgfast import capture
+from cgfast.capture._id_sources import CuptiIdSource
+from cgfast.capture._interface import Backend
+from cgfast.capture._libcuda import LibcudaGraphs
+from side_by_side import side_by_side
 
 TARGET_RATIO = 1.5  # issue #15: capture with annotate_modules at most 1.5x a plain capture
 
@@ -85,6 +104,93 @@ def hook_cost_us(repeat: int) -> dict:
         "added": within - without,
         "noop_global_hooks": global_hooks,
         "noop_global_hooks_added": global_hooks - without,
+    }
+
+
+class _StandInStreams:
+    """StreamOps of one stream (0x5), capturing while a stand-in capture is open."""
+
+    def __init__(self) -> None:
+        self.capturing = False
+
+    def capturing_stream(self):
+        return 0x5 if self.capturing else None
+
+    def current_stream(self) -> int:
+        return 0x5
+
+    def handle(self, stream) -> int:
+        return 0x5
+
+    def use(self, stream):
+        return contextlib.nullcontext()
+
+
+class _StandInGraph:
+    """A graph class capturing on the stand-in (patched as ``install()`` patches torch's)."""
+
+    streams = _StandInStreams()
+    restart = None  # the stand-in's stand_in_restart
+
+    def capture_begin(self) -> None:
+        type(self).restart()
+        self.streams.capturing = True
+
+    def capture_end(self) -> None:
+        self.streams.capturing = False
+
+    def raw_cuda_graph_exec(self) -> int:
+        return 0x77
+
+
+def stand_in_capture_us(repeat: int) -> dict:
+    """Inside a capture on the stand-in driver: what an active handle adds per module call
+    (200 ``nn.ReLU`` in a ``Sequential``, a 1-element input), and what the end of an
+    annotated capture costs; medians of ``repeat`` x 10 captures, plain and annotated
+    alternating."""
+    model = torch.nn.Sequential(*[torch.nn.ReLU() for _ in range(200)])
+    x = torch.zeros(1)
+    calls = 201
+    with tempfile.TemporaryDirectory() as directory:
+        library = build_stand_in(directory, 1024, growing=True)
+        lib = ctypes.CDLL(library)
+        _StandInGraph.restart = lib.stand_in_restart
+        state.use_backend(
+            Backend(LibcudaGraphs(lib), CuptiIdSource(library), _StandInGraph.streams, "stand-in")
+        )
+        patch_class(_StandInGraph)
+        forward = {"plain": [], "annotated": []}
+        end_us = []
+        try:
+            for _ in range(repeat * 10):
+                for variant in ("plain", "annotated"):
+                    handle = capture.annotate_modules(model) if variant == "annotated" else None
+                    graph = _StandInGraph()
+                    with torch.no_grad():
+                        graph.capture_begin()
+                        start = time.perf_counter()
+                        model(x)
+                        forward[variant].append(time.perf_counter() - start)
+                        start = time.perf_counter()
+                        graph.capture_end()
+                        if handle is not None:
+                            end_us.append((time.perf_counter() - start) * 1e6)
+                    if handle is not None:
+                        annotated = len(capture.get_kernel_annotations())
+                        handle.remove()
+                    capture.clear_kernel_annotations()
+        finally:
+            unpatch_class(_StandInGraph)
+            state.forget_backend()
+    if annotated != 2 * calls - 1:  # every node but the one after the root's exit
+        raise SystemExit(f"the stand-in capture annotated {annotated} nodes, not {2 * calls - 1}")
+    plain = statistics.median(forward["plain"]) * 1e6 / calls
+    within = statistics.median(forward["annotated"]) * 1e6 / calls
+    return {
+        "plain": plain,
+        "annotated": within,
+        "added": within - plain,
+        "capture_end": statistics.median(end_us),
     }
 
 
@@ -234,8 +340,6 @@ def _per_call_us(fn, args_list, rounds: int = 5) -> float:
 def driver_call_costs(model, x) -> dict:
     """Inside a capture of ``model(x)``: us per driver query cgfast makes per module
     boundary and per node at capture end, on the real graph."""
-    from cgfast.capture._state import state
-
     backend = state.backend()
     graphs, ids, streams = backend.graphs, backend.ids, backend.streams
     g = torch.cuda.CUDAGraph()
@@ -282,13 +386,11 @@ def profile_capture(model, x, repeat: int, out_dir: str, name: str) -> dict:
     work, the driver calls one by one, torch's slow call path (no-op global hooks); and a
     cProfile of one annotated capture written to ``out_dir``."""
     import cProfile
-    import os
     import pstats
 
     from torch.nn.modules import module as nn_module
 
-    from cgfast.capture import _core, _graphs, _modules
-    from cgfast.capture._state import state
+    from cgfast.capture import _core, _graphs, _module_calls, _patches
 
     figures: dict = {"driver_call_us": driver_call_costs(model, x)}
     # torch's slow module-call path during a capture: two global hooks that do nothing
@@ -313,14 +415,17 @@ def profile_capture(model, x, repeat: int, out_dir: str, name: str) -> dict:
     totals = []
     for _ in range(repeat):
         timers = _Timers()
-        timers.wrap(_modules, "_position", "module_entry")
-        timers.wrap(_modules, "_module_exit", "module_exit")
+        timers.wrap(_module_calls, "_position", "module_entry")
+        timers.wrap(_module_calls, "_module_exit", "module_exit")
         timers.wrap(_graphs, "on_capture_begin", "on_capture_begin")
         timers.wrap(_graphs, "on_capture_end", "on_capture_end")
         timers.wrap(_graphs, "on_instantiated", "on_instantiated")
         timers.wrap(_core.Recorder, "record_topology", "record_topology")
         timers.wrap(_core.Recorder, "resolve", "resolve")
-        timers.wrap(state, "_tell_listeners", "capture_listeners")
+        # what follows each change of the capture count
+        timers.wrap(type(state), "capture_began", "capture_listeners")
+        timers.wrap(type(state), "capture_over", "capture_listeners")
+        timers.wrap(_patches, "_capture_changed", "capture_listeners")
         handle = capture.annotate_modules(model)
         try:
             with _GcTime() as gc_time:
@@ -378,17 +483,25 @@ def main(argv=None) -> int:
         metavar="DIR",
         help="also break an annotated capture's cost down (GPU only; cProfile output into DIR)",
     )
+    parser.add_argument("--against", metavar="DIR", help="also time the cgfast build in DIR, side by side")
+    parser.add_argument("--rounds", type=int, default=5, help="with --against: runs per build")
     args = parser.parse_args(argv)
+    if args.against:
+        if args.profile:
+            parser.error("--profile is for this build alone: run it without --against")
+        forwarded = ["--models", args.models, "--batch", str(args.batch), "--repeat", str(args.repeat)]
+        return side_by_side(__file__, forwarded, args.against, args.rounds, args.json)
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
     results = {
         "device": torch.cuda.get_device_name() if cuda else "cpu",
         "backend": capture.backend(),
+        "cgfast": os.path.realpath(cgfast.__file__),
         "models": {},
     }
     results["outside_capture_us_per_module_call"] = hook_cost_us(7)
     print("outside a capture, us per module call:", json.dumps(results["outside_capture_us_per_module_call"]))
-    for name in args.models.split(","):
+    for name in filter(None, args.models.split(",")):
         model = make_model(name, device)
         batch = args.batch if cuda else 1
         side = 224 if cuda else 64
@@ -409,6 +522,11 @@ def main(argv=None) -> int:
                 f"(target <= {TARGET_RATIO}x: {met})",
                 flush=True,
             )
+    results["stand_in_capture_us_per_module_call"] = stand_in_capture_us(args.repeat)
+    print(
+        "inside a capture on the stand-in driver, us per module call (capture_end: us):",
+        json.dumps(results["stand_in_capture_us_per_module_call"]),
+    )
     if args.json:
         with open(args.json, "w") as out:
             json.dump(results, out, indent=2)

@@ -7,17 +7,30 @@ executable graphs alike), node ids ``graph_id << 32 | local_id``, instantiation 
 out fresh exec ids, child-graph nodes and conditional bodies captured into their own
 graph. ``FakeCUDAGraph`` stands in for ``torch.cuda.CUDAGraph`` in both of torch's
 instantiation styles.
+
+``NativeFakeDriver`` serves the same graphs to the extension's native graph walk and node
+count, which call only functions they look up themselves in loaded libraries: a real
+shared library standing in for libcuda and libcupti (compiled with ``cc``,
+``build_forwarding_library``) whose cuGraphGetNodes, cuGraphNodeGetType,
+cuptiGetGraphNodeId, cuGraphNodeGetDependencies(_v2), cuGraphGetEdges(_v2),
+cuGraphKernelNodeGetParams_v2 and cuFuncGetName, with those C signatures, forward to
+``ctypes`` callbacks over the fake.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
+import os
+import subprocess
 from typing import Dict, Iterator, List, Optional
 
-from cgfast.capture._core import Recorder
-from cgfast.capture._graphs import patch_class, uninstall, unpatch_class
+from cgfast import _cgfast
 from cgfast.capture._interface import Backend, CaptureState, KernelLaunch, NodeType
-from cgfast.capture._state import state
+from cgfast.capture._libcuda import _KernelNodeParams
+from cgfast.capture._patches import patch_class, uninstall, unpatch_class
+from cgfast.capture._runtime import runtime
 
 
 class FakeNode:
@@ -391,21 +404,198 @@ def capturing(cuda_graph: FakeCUDAGraph, stream: Optional[FakeStream] = None) ->
             cuda_graph.capture_end()
 
 
+_NODE_ARRAY = ctypes.POINTER(ctypes.c_void_p)
+_SIZE_P = ctypes.POINTER(ctypes.c_size_t)
+_GET_NODES = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, _NODE_ARRAY, _SIZE_P)
+_NODE_TYPE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int))
+_NODE_ID = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64))
+_DEPS_V2 = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, _NODE_ARRAY, ctypes.c_void_p, _SIZE_P)
+_DEPS_V1 = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, _NODE_ARRAY, _SIZE_P)
+_EDGES_V2 = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.c_void_p, _NODE_ARRAY, _NODE_ARRAY, ctypes.c_void_p, _SIZE_P
+)
+_EDGES_V1 = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, _NODE_ARRAY, _NODE_ARRAY, _SIZE_P)
+_PARAMS = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(_KernelNodeParams))
+_NAME = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_char_p), ctypes.c_void_p)
+
+
+FAILED = 999
+
+# Each entry point calls the callback set for it (stand_in_set); which versions exist is
+# chosen at compile time, as drivers differ.
+_FORWARDING = r"""
+#include <stddef.h>
+#include <stdint.h>
+static void *callbacks[7];
+void stand_in_set(int which, void *callback) { callbacks[which] = callback; }
+int cuGraphGetNodes(void *g, void **a, size_t *n) {
+  return ((int (*)(void *, void **, size_t *))callbacks[0])(g, a, n); }
+int cuGraphNodeGetType(void *node, int *t) { return ((int (*)(void *, int *))callbacks[1])(node, t); }
+#ifndef NO_NODE_ID
+int cuptiGetGraphNodeId(void *node, uint64_t *id) {
+  return ((int (*)(void *, uint64_t *))callbacks[2])(node, id); }
+#endif
+#ifdef EDGE_DATA
+int cuGraphNodeGetDependencies_v2(void *node, void **a, void *e, size_t *n) {
+  return ((int (*)(void *, void **, void *, size_t *))callbacks[3])(node, a, e, n); }
+#else
+int cuGraphNodeGetDependencies(void *node, void **a, size_t *n) {
+  return ((int (*)(void *, void **, size_t *))callbacks[3])(node, a, n); }
+#endif
+#if defined(GRAPH_EDGES) && defined(EDGE_DATA)
+int cuGraphGetEdges_v2(void *g, void **from, void **to, void *e, size_t *n) {
+  return ((int (*)(void *, void **, void **, void *, size_t *))callbacks[4])(g, from, to, e, n); }
+#elif defined(GRAPH_EDGES)
+int cuGraphGetEdges(void *g, void **from, void **to, size_t *n) {
+  return ((int (*)(void *, void **, void **, size_t *))callbacks[4])(g, from, to, n); }
+#endif
+int cuGraphKernelNodeGetParams_v2(void *node, void *p) {
+  return ((int (*)(void *, void *))callbacks[5])(node, p); }
+int cuFuncGetName(const char **s, void *f) { return ((int (*)(const char **, void *))callbacks[6])(s, f); }
+"""
+_SLOTS = ("get_nodes", "node_type", "node_id", "dependencies", "edges", "kernel_params", "function_name")
+
+
+def build_forwarding_library(directory: str, *, with_edges: bool, graph_edges: bool, node_ids: bool) -> str:
+    """A forwarding library (``_FORWARDING``) compiled into ``directory`` with the
+    driver's ``_v2`` entry points (edge data) or the older ones, with or without
+    cuGraphGetEdges and cuptiGetGraphNodeId; loaded into the process (as ``ctypes``
+    loads libcuda and libcupti) before its path is returned."""
+    variant = (with_edges, graph_edges, node_ids)
+    source = os.path.join(directory, "forwarding.c")
+    if not os.path.exists(source):
+        with open(source, "w") as out:
+            out.write(_FORWARDING)
+    path = os.path.join(directory, "libforwarding{}{}{}.so".format(*map(int, variant)))
+    defines = [
+        *(["-DEDGE_DATA"] if with_edges else []),
+        *(["-DGRAPH_EDGES"] if graph_edges else []),
+        *([] if node_ids else ["-DNO_NODE_ID"]),
+    ]
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", *defines, "-o", path, source], check=True)
+    ctypes.CDLL(path)
+    return path
+
+
+class NativeFakeDriver(FakeGraphDriver):
+    """The fake driver whose capture-end walk goes through ``_cgfast._walk_graph``, as
+    ``LibcudaGraphs.walk_topology`` does (and, with ``native_counts``, whose node counts
+    go through ``_cgfast._graph_node_count``, as ``LibcudaGraphs.node_count`` does), on a
+    forwarding library (``build_forwarding_library``, of the same ``with_edges`` and
+    ``graph_edges``) whose entry points call ``ctypes`` callbacks over the fake."""
+
+    def __init__(
+        self, library: str, with_edges: bool = True, graph_edges: bool = True, native_counts: bool = False
+    ) -> None:
+        super().__init__()
+        self.failing_native: set = set()
+        self.walks = 0
+        self.native_calls: dict = {}
+        self._names: dict[int, ctypes.Array] = {}  # function handle -> its name's bytes
+        self._handles: dict[str, int] = {}  # kernel name -> function handle
+        self._callbacks = {
+            "get_nodes": _GET_NODES(self._get_nodes),
+            "node_type": _NODE_TYPE(self._node_type),
+            "node_id": _NODE_ID(self._node_id),
+            "dependencies": (_DEPS_V2 if with_edges else _DEPS_V1)(
+                self._deps_v2 if with_edges else self._deps_v1
+            ),
+            "edges": (_EDGES_V2 if with_edges else _EDGES_V1)(
+                self._edges_v2 if with_edges else self._edges_v1
+            ),
+            "kernel_params": _PARAMS(self._kernel_params),
+            "function_name": _NAME(self._function_name),
+        }
+        forwarding = ctypes.CDLL(library)
+        forwarding.stand_in_set.argtypes = [ctypes.c_int, ctypes.c_void_p]
+        for slot, name in enumerate(_SLOTS):
+            forwarding.stand_in_set(slot, ctypes.cast(self._callbacks[name], ctypes.c_void_p))
+        self.functions = _cgfast._resolve_graph_functions(library, library)
+        if native_counts:
+            self.node_count = functools.partial(_cgfast._graph_node_count, self.functions)  # type: ignore[method-assign]
+
+    def walk_topology(self, graph: int, ids) -> Optional[tuple]:
+        self.walks += 1
+        return _cgfast._walk_graph(self.functions, graph)
+
+    # -- the C entry points ----------------------------------------------------------
+
+    def _fill(self, handles: list[int], out, count) -> int:
+        if out:
+            for i, handle in enumerate(handles[: count[0]]):
+                out[i] = handle
+        count[0] = len(handles)
+        return 0
+
+    def _get_nodes(self, graph, out, count):
+        if "get_nodes" in self.failing_native:
+            return FAILED
+        return self._fill([n.handle for n in self._objects[graph].nodes], out, count)
+
+    def _node_type(self, node, out):
+        if "node_type" in self.failing_native:
+            return FAILED
+        out[0] = int(self._objects[node].type)
+        return 0
+
+    def _node_id(self, node, out):
+        out[0] = self._objects[node].node_id
+        return 0
+
+    def _deps_v1(self, node, out, count):
+        self.native_calls["dependencies"] = self.native_calls.get("dependencies", 0) + 1
+        return self._fill([n.handle for n in self._objects[node].deps], out, count)
+
+    def _edges_v1(self, graph, sources, targets, count):
+        self.native_calls["edges"] = self.native_calls.get("edges", 0) + 1
+        edges = [(dep.handle, node.handle) for node in self._objects[graph].nodes for dep in node.deps]
+        if sources:
+            for i, (source, target) in enumerate(edges[: count[0]]):
+                sources[i], targets[i] = source, target
+        count[0] = len(edges)
+        return 0
+
+    def _edges_v2(self, graph, sources, targets, data, count):
+        if sources and not data:
+            return FAILED  # a lossy query: edge data must be asked for with the edges
+        return self._edges_v1(graph, sources, targets, count)
+
+    def _deps_v2(self, node, out, edges, count):
+        if out and not edges:
+            return FAILED  # a lossy query: edge data must be asked for with the nodes
+        return self._deps_v1(node, out, count)
+
+    def _kernel_params(self, node, params):
+        launch = self._objects[node].launch
+        handle = self._handles.get(launch.name)
+        if handle is None:
+            name = ctypes.create_string_buffer(launch.name.encode())
+            handle = self._handles[launch.name] = ctypes.addressof(name)
+            self._names[handle] = name
+        p = params[0]
+        p.func = handle
+        p.gridDimX, p.gridDimY, p.gridDimZ = launch.grid
+        p.blockDimX, p.blockDimY, p.blockDimZ = launch.block
+        p.kern = None
+        return 0
+
+    def _function_name(self, out, handle):
+        out[0] = ctypes.cast(self._names[handle], ctypes.c_char_p).value
+        return 0
+
+
 @contextlib.contextmanager
-def fake_driver() -> Iterator[FakeGraphDriver]:
-    """A fresh fake driver as the backend, a fresh recorder, annotations off, and
-    ``FakeCUDAGraph`` patched like ``install()`` patches torch's class (the ``fake``
-    fixture)."""
-    driver = FakeGraphDriver()
-    state.recorder = Recorder()
-    state.enabled = False
-    state.use_backend(driver.backend())
+def fake_driver(driver: Optional[FakeGraphDriver] = None) -> Iterator[FakeGraphDriver]:
+    """A fresh fake driver (or ``driver``) as the backend, a fresh recorder, annotations
+    off, and ``FakeCUDAGraph`` patched like ``install()`` patches torch's class (the
+    ``fake`` fixture)."""
+    driver = driver or FakeGraphDriver()
+    runtime.reset()
+    runtime.use_backend(driver.backend())
     patch_class(FakeCUDAGraph)
     try:
         yield driver
     finally:
         unpatch_class(FakeCUDAGraph)
         uninstall()
-        state.enabled = False
-        state.recorder = Recorder()
-        state.forget_backend()
+        runtime.reset()

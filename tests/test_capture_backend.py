@@ -9,9 +9,10 @@ import sys
 import pytest
 
 from cgfast.capture import _id_sources
+from cgfast.capture._backend import choose_backend
 from cgfast.capture._id_sources import IdSourceUnavailable, agree, libcupti_candidates, verify
 from cgfast.capture._libcuda import ProbeGraph
-from cgfast.capture._state import State, choose_backend
+from cgfast.capture._runtime import CaptureRuntime
 
 PROBE = ProbeGraph(graph=0xA0, node=0xB0, graph_exec=0xC0)
 
@@ -138,7 +139,7 @@ def test_without_cuda_there_is_no_backend_and_it_says_why():
     backend, reason = choose_backend()
     assert backend is None
     assert "torch.cuda is not available" in reason
-    fresh = State()
+    fresh = CaptureRuntime()
     assert fresh.describe() == f"none: {reason}"
 
 
@@ -146,7 +147,7 @@ def test_importing_cgfast_capture_neither_imports_torch_nor_chooses_a_backend():
     code = (
         "import sys, cgfast, cgfast.capture as c\n"
         "assert 'torch' not in sys.modules, 'torch imported'\n"
-        "assert not c._state.state._selected, 'backend chosen at import'\n"
+        "assert not c._runtime.runtime.backend_chosen, 'backend chosen at import'\n"
         "with c.mark_kernels('disabled'):\n"
         "    pass\n"
         "assert 'torch' not in sys.modules\n"

@@ -7,8 +7,8 @@ import logging
 import pytest
 
 from cgfast import capture
-from cgfast.capture._graphs import patch_class, unpatch_class
-from cgfast.capture._state import state
+from cgfast.capture._patches import patch_class, unpatch_class
+from cgfast.capture._runtime import runtime
 from fake_graph_driver import FakeCUDAGraph, capturing
 
 BOTH_TORCH_STYLES = pytest.mark.parametrize(
@@ -191,14 +191,14 @@ def test_recording_started_inside_a_capture_takes_it_over(fake):
             fake.launch("before")
             with capture.recording():
                 patch_class(FakeCUDAGraph)  # what install() does to torch's class
-                assert not capture._state.state.no_capture_in_progress()
+                assert not runtime.no_capture_in_progress()
                 with capture.mark_kernels("inside"):
                     k = fake.launch("k")
     except BaseException:
         patch_class(FakeCUDAGraph)
         raise
     assert set(capture.get_kernel_annotations()) == keys_of(g.graph_exec.id, [k])
-    assert capture._state.state.no_capture_in_progress()
+    assert runtime.no_capture_in_progress()
 
 
 def test_manual_resolve_then_remap_in_the_patched_flow_is_harmless(fake):
@@ -308,7 +308,7 @@ def test_a_backend_taken_away_during_a_capture_is_no_failure(fake, python_instan
     with caplog.at_level(logging.DEBUG, logger="cgfast.capture"), capturing(g):
         with capture.mark_kernels("before"):
             fake.launch("k")
-        state.use_backend(None, reason="taken away", streams=fake)
+        runtime.use_backend(None, reason="taken away", streams=fake)
     g.replay()
-    assert not state.recorder.has_pending()
+    assert not runtime.recorder.has_pending()
     assert "failed" not in caplog.text, caplog.text

@@ -18,7 +18,8 @@ timm = pytest.importorskip("timm")
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from cgfast import capture  # noqa: E402
-from cgfast.capture._state import state  # noqa: E402
+from cgfast.capture import _module_calls, _patches  # noqa: E402
+from cgfast.capture._runtime import runtime  # noqa: E402
 from fake_graph_driver import FakeCUDAGraph, capturing  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
@@ -139,6 +140,26 @@ def test_hugging_face_training_step_backward_nodes_get_the_module_and_the_phase(
     assert recorded(g, launcher.expected) == launcher.expected
 
 
+@pytest.mark.parametrize("name", ["resnet50", "llama"])
+def test_node_counts_read_through_the_extension_give_the_same_modules(native_fake, name):
+    """As on the GPU: every module boundary's node count and the capture-end walk are
+    native calls (through functions the extension resolved in a loaded library, here one
+    forwarding to the fake), on a timm ResNet-50's forward and a Llama training step."""
+    if name == "resnet50":
+        model = timm.create_model(name, pretrained=False).eval()
+        with torch.no_grad():
+            g, launcher = capture_model(native_fake, model, torch.randn(1, 3, 32, 32))
+    else:
+        model = hf_models()[name].train()
+        ids = torch.randint(0, 128, (1, 8))
+        g, launcher = capture_model(
+            native_fake, model, ids, backward=True, loss_of=lambda out: out.logits.float().sum()
+        )
+    assert len(launcher.expected) > 100
+    assert recorded(g, launcher.expected) == launcher.expected
+    assert native_fake.walks == 1 and "node_count" not in native_fake.calls  # all native
+
+
 def test_backward_nodes_get_the_module_and_the_phase(fake):
     model = timm.create_model("resnet18", pretrained=False).train()
     g, launcher = capture_model(fake, model, torch.randn(2, 3, 32, 32), backward=True)
@@ -257,8 +278,6 @@ class Placeholders(torch.nn.Module):
 
 
 def test_placeholder_calls_that_cannot_launch_are_not_bracketed(fake, monkeypatch):
-    from cgfast.capture import _modules
-
     model = Placeholders().train()
     model.eval_dropout.eval()
     hook_nodes = []
@@ -266,8 +285,8 @@ def test_placeholder_calls_that_cannot_launch_are_not_bracketed(fake, monkeypatc
         lambda module, args, output: hook_nodes.append(fake.launch("from_hook"))
     )
     bracketed = []
-    position = _modules._position
-    monkeypatch.setattr(_modules, "_position", lambda backend: bracketed.append(1) or position(backend))
+    position = _module_calls._position
+    monkeypatch.setattr(_module_calls, "_position", lambda backend: bracketed.append(1) or position(backend))
     with torch.no_grad():
         g, launcher = capture_model(fake, model, torch.randn(64))
     # identity, eval_dropout and zero_dropout return their input: no node counts around them
@@ -345,6 +364,29 @@ def test_handles_restore_the_annotation_switch(fake):
     assert capture.annotations_enabled()
 
 
+def test_annotations_stay_on_while_anything_holds_them(fake):
+    """The switch counts what holds it on: a block that ends while a handle is active
+    leaves it on for the handle, whatever order they end in."""
+    block = capture.recording()
+    block.__enter__()
+    handle = capture.annotate_modules(torch.nn.Linear(2, 2))
+    block.__exit__(None, None, None)
+    assert capture.annotations_enabled()
+    handle.remove()
+    assert not capture.annotations_enabled()
+    # disable_annotations() stops recording inside a block too, until something new holds
+    with capture.recording():
+        capture.disable_annotations()
+        assert not capture.annotations_enabled()
+        with capture.recording():
+            assert capture.annotations_enabled()
+        assert not capture.annotations_enabled()
+    assert not capture.annotations_enabled()
+    with capture.recording():
+        capture.enable_annotations()
+    assert capture.annotations_enabled()
+
+
 def test_a_forward_that_raises_leaves_no_open_scope(fake):
     class Failing(torch.nn.Module):
         def forward(self, x):
@@ -356,10 +398,8 @@ def test_a_forward_that_raises_leaves_no_open_scope(fake):
     with capture.annotate_modules(model):
         with pytest.raises(ValueError), capturing(g):
             model(torch.zeros(1))
-        from cgfast.capture import _modules
-
-        assert _modules._open_frames() == []
-    assert state.recorder.has_pending() is False
+        assert _module_calls.open_frames() == []
+    assert runtime.recorder.has_pending() is False
 
 
 class ScopedBlock(torch.nn.Module):
@@ -456,9 +496,7 @@ def test_a_capture_that_ends_inside_a_forward_leaves_nothing_open(fake):
         g.capture_begin()
         fake.launch("first")
         model(torch.zeros(1))  # its span began in the capture; its end must not read the graph
-    from cgfast.capture import _modules
-
-    assert _modules._open_frames() == [] and not state.recorder.has_pending()
+    assert _module_calls.open_frames() == [] and not runtime.recorder.has_pending()
     assert fake.calls.get("node_count", 0) == 2  # one per span start, none after the end
 
 
@@ -515,9 +553,7 @@ def test_stacks_are_off_by_default_and_the_filter_is_configurable(fake, tmp_path
     frames = [f for stack in capture.get_kernel_stacks().values() for f in stack]
     assert frames and not any(f.startswith(here) for f in frames)
     assert any("/torch/" in f for f in frames)  # torch's frames are no longer filtered
-    from cgfast.capture import _stacks
-
-    assert _stacks._mode == [] and _stacks._requests == []
+    assert runtime.stack_mode is None and runtime.stack_requests == []
 
 
 def test_saved_stacks_round_trip(fake, tmp_path):
@@ -538,15 +574,18 @@ def test_saved_stacks_round_trip(fake, tmp_path):
     assert annotation_files.load_annotations(path) == dict(capture.get_kernel_annotations())
 
 
-def test_a_failing_listener_does_not_break_the_capture(fake, monkeypatch, caplog):
+def test_a_failing_hook_update_does_not_break_the_capture(fake, monkeypatch, caplog):
     def broken():
-        raise RuntimeError("listener failed")
+        raise RuntimeError("hook update failed")
 
-    monkeypatch.setattr(state, "capture_listeners", [*state.capture_listeners, broken])
     model = TwoLines()
     g = FakeCUDAGraph(fake)
-    with capture.annotate_modules(model), torch.no_grad(), LaunchEachOp(fake, model), capturing(g):
-        model(torch.zeros(2, 4))
+    with capture.annotate_modules(model):
+        # what runs after each capture's begin and end (as after a handle's change)
+        monkeypatch.setattr(_patches, "_sync_stack_mode", broken)
+        with torch.no_grad(), LaunchEachOp(fake, model), capturing(g):
+            model(torch.zeros(2, 4))
+        monkeypatch.undo()
     assert g.graph_exec is not None
     assert "updating annotation hooks" in caplog.text
     assert {a[0]["module"] for a in capture.get_kernel_annotations().values()} == {"lin", ""}
@@ -581,8 +620,6 @@ def test_compiled_modules_take_the_plain_call_and_are_not_recompiled_inside_capt
     (and trace the hooks' driver queries)."""
     from torch._dynamo.utils import counters
 
-    from cgfast.capture import _modules
-
     torch._dynamo.reset()
     counters.clear()
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 4))
@@ -592,11 +629,11 @@ def test_compiled_modules_take_the_plain_call_and_are_not_recompiled_inside_capt
         expected = compiled(x)
         traced = counters["stats"]["calls_captured"]
         assert traced > 0
-        _modules._capturing[0] = True
+        runtime.module_calls_record = True
         try:
             assert torch.equal(compiled(x), expected)
         finally:
-            _modules._capturing[0] = False
+            runtime.module_calls_record = False
         assert counters["stats"]["calls_captured"] == traced
         assert counters["stats"]["unique_graphs"] == 1
     torch._dynamo.reset()

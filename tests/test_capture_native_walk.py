@@ -1,138 +1,29 @@
 """The native graph walk (rust/cgfast-py/src/graph_walk.rs) against the Python one.
 
-The fake driver's graphs are served to the native code through ``ctypes`` callbacks with
-the C signatures of cuGraphGetNodes, cuGraphNodeGetType, cuptiGetGraphNodeId,
-cuGraphNodeGetDependencies(_v2), cuGraphKernelNodeGetParams_v2 and cuFuncGetName, so the
-walk calls real function pointers, as it does on libcuda and libcupti."""
+The extension calls only functions it looks up itself in libraries the process has
+loaded: here a real shared library standing in for libcuda and libcupti whose entry
+points forward to ``ctypes`` callbacks over the fake driver's graphs
+(``fake_graph_driver.NativeFakeDriver``), and bench/bench_driver_calls.py's stand-in."""
 
 from __future__ import annotations
 
 import ctypes
-from typing import Optional
+import os
+import sys
 
 import pytest
 
 from cgfast import _cgfast, capture
 from cgfast.capture._core import Recorder
-from cgfast.capture._graphs import patch_class, uninstall, unpatch_class
-from cgfast.capture._libcuda import _KernelNodeParams, function_address
-from cgfast.capture._state import state
-from fake_graph_driver import FakeCUDAGraph, FakeGraphDriver, capturing
+from cgfast.capture._id_sources import CuptiIdSource
+from cgfast.capture._interface import Backend
+from cgfast.capture._libcuda import LibcudaGraphs
+from cgfast.capture._patches import patch_class, uninstall, unpatch_class
+from cgfast.capture._runtime import runtime
+from fake_graph_driver import FakeCUDAGraph, FakeGraphDriver, NativeFakeDriver, capturing
 
-_NODE_ARRAY = ctypes.POINTER(ctypes.c_void_p)
-_SIZE_P = ctypes.POINTER(ctypes.c_size_t)
-_GET_NODES = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, _NODE_ARRAY, _SIZE_P)
-_NODE_TYPE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int))
-_NODE_ID = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64))
-_DEPS_V2 = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, _NODE_ARRAY, ctypes.c_void_p, _SIZE_P)
-_DEPS_V1 = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, _NODE_ARRAY, _SIZE_P)
-_EDGES_V2 = ctypes.CFUNCTYPE(
-    ctypes.c_int, ctypes.c_void_p, _NODE_ARRAY, _NODE_ARRAY, ctypes.c_void_p, _SIZE_P
-)
-_EDGES_V1 = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, _NODE_ARRAY, _NODE_ARRAY, _SIZE_P)
-_PARAMS = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(_KernelNodeParams))
-_NAME = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_char_p), ctypes.c_void_p)
-
-FAILED = 999
-
-
-class NativeFakeDriver(FakeGraphDriver):
-    """The fake driver whose capture-end walk goes through ``_cgfast.walk_graph``, as
-    ``LibcudaGraphs.walk_topology`` does, on ``ctypes`` callbacks over the fake."""
-
-    def __init__(self, with_edges: bool = True, graph_edges: bool = True) -> None:
-        super().__init__()
-        self.failing_native: set = set()
-        self.walks = 0
-        self.native_calls: dict = {}
-        self._names: dict[int, ctypes.Array] = {}  # function handle -> its name's bytes
-        self._handles: dict[str, int] = {}  # kernel name -> function handle
-        self._callbacks = {
-            "get_nodes": _GET_NODES(self._get_nodes),
-            "node_type": _NODE_TYPE(self._node_type),
-            "node_id": _NODE_ID(self._node_id),
-            "dependencies": (_DEPS_V2 if with_edges else _DEPS_V1)(
-                self._deps_v2 if with_edges else self._deps_v1
-            ),
-            "kernel_params": _PARAMS(self._kernel_params),
-            "function_name": _NAME(self._function_name),
-        }
-        if graph_edges:
-            self._callbacks["edges"] = (_EDGES_V2 if with_edges else _EDGES_V1)(
-                self._edges_v2 if with_edges else self._edges_v1
-            )
-        self.addresses = {name: function_address(fn) for name, fn in self._callbacks.items()}
-        self.addresses["dependencies_have_edges"] = int(with_edges)
-        self.addresses["edges_have_data"] = int(with_edges)
-
-    def walk_topology(self, graph: int, ids) -> Optional[tuple]:
-        self.walks += 1
-        return _cgfast.walk_graph(self.addresses, graph)
-
-    # -- the C entry points ----------------------------------------------------------
-
-    def _fill(self, handles: list[int], out, count) -> int:
-        if out:
-            for i, handle in enumerate(handles[: count[0]]):
-                out[i] = handle
-        count[0] = len(handles)
-        return 0
-
-    def _get_nodes(self, graph, out, count):
-        if "get_nodes" in self.failing_native:
-            return FAILED
-        return self._fill([n.handle for n in self._objects[graph].nodes], out, count)
-
-    def _node_type(self, node, out):
-        if "node_type" in self.failing_native:
-            return FAILED
-        out[0] = int(self._objects[node].type)
-        return 0
-
-    def _node_id(self, node, out):
-        out[0] = self._objects[node].node_id
-        return 0
-
-    def _deps_v1(self, node, out, count):
-        self.native_calls["dependencies"] = self.native_calls.get("dependencies", 0) + 1
-        return self._fill([n.handle for n in self._objects[node].deps], out, count)
-
-    def _edges_v1(self, graph, sources, targets, count):
-        self.native_calls["edges"] = self.native_calls.get("edges", 0) + 1
-        edges = [(dep.handle, node.handle) for node in self._objects[graph].nodes for dep in node.deps]
-        if sources:
-            for i, (source, target) in enumerate(edges[: count[0]]):
-                sources[i], targets[i] = source, target
-        count[0] = len(edges)
-        return 0
-
-    def _edges_v2(self, graph, sources, targets, data, count):
-        if sources and not data:
-            return FAILED  # a lossy query: edge data must be asked for with the edges
-        return self._edges_v1(graph, sources, targets, count)
-
-    def _deps_v2(self, node, out, edges, count):
-        if out and not edges:
-            return FAILED  # a lossy query: edge data must be asked for with the nodes
-        return self._deps_v1(node, out, count)
-
-    def _kernel_params(self, node, params):
-        launch = self._objects[node].launch
-        handle = self._handles.get(launch.name)
-        if handle is None:
-            name = ctypes.create_string_buffer(launch.name.encode())
-            handle = self._handles[launch.name] = ctypes.addressof(name)
-            self._names[handle] = name
-        p = params[0]
-        p.func = handle
-        p.gridDimX, p.gridDimY, p.gridDimZ = launch.grid
-        p.blockDimX, p.blockDimY, p.blockDimZ = launch.block
-        p.kern = None
-        return 0
-
-    def _function_name(self, out, handle):
-        out[0] = ctypes.cast(self._names[handle], ctypes.c_char_p).value
-        return 0
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+from bench_driver_calls import build_stand_in
 
 
 @pytest.fixture
@@ -142,17 +33,25 @@ def use_driver():
     try:
 
         def use(driver: FakeGraphDriver) -> FakeGraphDriver:
-            state.recorder = Recorder()
-            state.use_backend(driver.backend())
+            runtime.recorder = Recorder()
+            runtime.use_backend(driver.backend())
             return driver
 
         yield use
     finally:
         unpatch_class(FakeCUDAGraph)
         uninstall()
-        state.enabled = False
-        state.recorder = Recorder()
-        state.forget_backend()
+        runtime.reset()
+
+
+@pytest.fixture
+def native(forwarding_library):
+    """A NativeFakeDriver on the forwarding library of its versions of the entry points."""
+
+    def make(with_edges: bool = True, graph_edges: bool = True) -> NativeFakeDriver:
+        return NativeFakeDriver(forwarding_library(with_edges, graph_edges), with_edges, graph_edges)
+
+    return make
 
 
 def _workload(driver: FakeGraphDriver) -> FakeCUDAGraph:
@@ -187,9 +86,9 @@ def _workload(driver: FakeGraphDriver) -> FakeCUDAGraph:
 
 @pytest.mark.parametrize("with_edges", [True, False])
 @pytest.mark.parametrize("graph_edges", [True, False])
-def test_native_walk_records_what_the_python_walk_records(use_driver, with_edges, graph_edges):
+def test_native_walk_records_what_the_python_walk_records(use_driver, native, with_edges, graph_edges):
     recorded = []
-    for driver in (FakeGraphDriver(), NativeFakeDriver(with_edges, graph_edges)):
+    for driver in (FakeGraphDriver(), native(with_edges, graph_edges)):
         use_driver(driver)
         with capture.recording():
             g = _workload(driver)
@@ -220,18 +119,18 @@ def test_native_walk_records_what_the_python_walk_records(use_driver, with_edges
     assert native_annotations == python_annotations and len(native_annotations) == 5
 
 
-def test_native_node_count_and_walk_of_an_empty_graph(use_driver):
-    driver = use_driver(NativeFakeDriver())
+def test_native_node_count_and_walk_of_an_empty_graph(use_driver, native):
+    driver = use_driver(native())
     graph = driver._new_graph()
-    assert _cgfast.walk_graph(driver.addresses, graph.handle) == (0, [], 0)
-    assert _cgfast.graph_node_count(driver.addresses["get_nodes"], graph.handle) == 0
+    assert _cgfast._walk_graph(driver.functions, graph.handle) == (0, [], 0)
+    assert _cgfast._graph_node_count(driver.functions, graph.handle) == 0
     g = FakeCUDAGraph(driver, keep_graph=True)
     with capturing(g):
         driver.launch("a")
         driver.add_node(5)
         driver.memcpy()
-    assert _cgfast.graph_node_count(driver.addresses["get_nodes"], g.raw_cuda_graph()) == 3
-    count, entries, child_graphs = _cgfast.walk_graph(driver.addresses, g.raw_cuda_graph())
+    assert _cgfast._graph_node_count(driver.functions, g.raw_cuda_graph()) == 3
+    count, entries, child_graphs = _cgfast._walk_graph(driver.functions, g.raw_cuda_graph())
     graph_id = g.template.id
     assert (count, child_graphs) == (3, 0)
     assert entries == [
@@ -240,13 +139,13 @@ def test_native_node_count_and_walk_of_an_empty_graph(use_driver):
     ]
 
 
-def test_a_graph_with_child_graphs_is_left_to_the_python_walk(use_driver):
-    driver = use_driver(NativeFakeDriver())
+def test_a_graph_with_child_graphs_is_left_to_the_python_walk(use_driver, native):
+    driver = use_driver(native())
     g = FakeCUDAGraph(driver, keep_graph=True)
     with capturing(g):
         driver.launch("a")
         driver.child_graph(["inside"])
-    assert _cgfast.walk_graph(driver.addresses, g.raw_cuda_graph()) == (2, [], 1)
+    assert _cgfast._walk_graph(driver.functions, g.raw_cuda_graph()) == (2, [], 1)
     with capture.recording():
         g = FakeCUDAGraph(driver)
         with capturing(g):
@@ -256,21 +155,21 @@ def test_a_graph_with_child_graphs_is_left_to_the_python_walk(use_driver):
     assert [node["name"] for node in topology] == ["a", "inside"]  # the body's kernel too
 
 
-def test_a_failing_driver_call_is_an_error_naming_it(use_driver):
-    driver = use_driver(NativeFakeDriver())
+def test_a_failing_driver_call_is_an_error_naming_it(use_driver, native):
+    driver = use_driver(native())
     g = FakeCUDAGraph(driver, keep_graph=True)
     with capturing(g):
         driver.launch("a")
     driver.failing_native.add("node_type")
     with pytest.raises(RuntimeError, match=r"cuGraphNodeGetType failed: error 999"):
-        _cgfast.walk_graph(driver.addresses, g.raw_cuda_graph())
+        _cgfast._walk_graph(driver.functions, g.raw_cuda_graph())
     driver.failing_native = {"get_nodes"}
     with pytest.raises(RuntimeError, match=r"cuGraphGetNodes failed: error 999"):
-        _cgfast.graph_node_count(driver.addresses["get_nodes"], g.raw_cuda_graph())
+        _cgfast._graph_node_count(driver.functions, g.raw_cuda_graph())
 
 
-def test_a_failed_native_walk_falls_back_to_reading_the_nodes(use_driver, caplog):
-    driver = use_driver(NativeFakeDriver())
+def test_a_failed_native_walk_falls_back_to_reading_the_nodes(use_driver, native, caplog):
+    driver = use_driver(native())
     driver.failing_native.add("node_type")
     capture.enable_annotations()
     g = FakeCUDAGraph(driver)
@@ -281,10 +180,63 @@ def test_a_failed_native_walk_falls_back_to_reading_the_nodes(use_driver, caplog
     assert capture.get_graph_topology() == {}
 
 
-def test_missing_addresses_are_refused(use_driver):
-    driver = use_driver(NativeFakeDriver())
-    addresses = dict(driver.addresses, node_id=0)
-    with pytest.raises(ValueError, match="no address for node_id"):
-        _cgfast.walk_graph(addresses, 0)
-    with pytest.raises(ValueError, match="no address for get_nodes"):
-        _cgfast.graph_node_count(0, 0)
+def test_only_functions_the_extension_resolved_itself_are_called(forwarding_library, tmp_path):
+    with_ids, without_ids = forwarding_library(), forwarding_library(node_ids=False)
+    # anything but what _resolve_graph_functions made is refused, before any call
+    for not_resolved in (0, 0x7F00DEAD, {"get_nodes": 0x7F00DEAD, "node_id": 0x7F00DEAD}, with_ids):
+        with pytest.raises(TypeError, match="_GraphFunctions"):
+            _cgfast._graph_node_count(not_resolved, 0)
+        with pytest.raises(TypeError, match="_GraphFunctions"):
+            _cgfast._walk_graph(not_resolved, 0)
+    with pytest.raises(TypeError, match="_GraphFunctions"):
+        _cgfast._GraphFunctions()
+    # only in libraries this process has loaded, and never loaded here
+    never_loaded = tmp_path / "libnever_loaded.so"
+    with open(with_ids, "rb") as built:
+        never_loaded.write_bytes(built.read())
+    for name in (str(never_loaded), str(tmp_path / "missing.so")):
+        with pytest.raises(ValueError, match="is not loaded in this process"):
+            _cgfast._resolve_graph_functions(name)
+    with open("/proc/self/maps") as maps:
+        assert str(never_loaded) not in maps.read()
+    # a library without the driver's functions, or CUPTI's
+    with pytest.raises(ValueError, match=r"libc\.so\.6 exports none of cuGraphGetNodes"):
+        _cgfast._resolve_graph_functions("libc.so.6")
+    with pytest.raises(ValueError, match="exports none of cuptiGetGraphNodeId"):
+        _cgfast._resolve_graph_functions(with_ids, without_ids)
+    counts_only = _cgfast._resolve_graph_functions(without_ids)
+    assert without_ids in repr(counts_only)
+    with pytest.raises(ValueError, match="resolved without libcupti"):
+        _cgfast._walk_graph(counts_only, 0)
+
+
+def test_libcuda_graphs_walk_and_count_natively_on_the_stand_in(tmp_path):
+    """The production driver class on bench/bench_driver_calls.py's stand-in (a chain of
+    kernel nodes): node counts through the extension, and a native topology walk equal
+    to the Python one."""
+    library = build_stand_in(str(tmp_path), 40)
+    graphs = LibcudaGraphs(ctypes.CDLL(library))
+    ids = CuptiIdSource(library)
+    assert graphs.node_count.func is _cgfast._graph_node_count
+    assert graphs.node_count(0x99) == 40
+
+    class PythonOnlyIds:  # no library the extension could call: the Python walk
+        name = ids.name
+        node_id, graph_id, exec_id = ids.node_id, ids.graph_id, ids.exec_id
+
+    topologies = []
+    for source in (ids, PythonOnlyIds()):
+        recorder = Recorder()
+        recorder.record_topology(Backend(graphs, source, None, "stand-in"), 0x99, 1)
+        topologies.append(recorder.topology()[1])
+    native, python = topologies
+    assert graphs.walk_topology(0x99, PythonOnlyIds()) is None
+    assert native == python and len(native) == 40
+    assert native[5] == {
+        "id": 1 << 32 | 5,
+        "type": "kernel",
+        "name": "some_kernel_name",
+        "deps": [1 << 32 | 4],
+        "grid": [1, 1, 1],
+        "block": [128, 1, 1],
+    }

@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cgfast import capture  # noqa: E402
-from cgfast.capture._graphs import patch_class, unpatch_class  # noqa: E402
+from cgfast.capture._patches import patch_class, unpatch_class  # noqa: E402
 from fake_graph_driver import FakeCUDAGraph, capturing  # noqa: E402
 
 

@@ -178,7 +178,7 @@ def test_mark_stream_switches_and_records_a_lane(fake):
         fake.wait_stream(main, side)
         fake.wait_stream(main, other)
     (side_lane,), (other_lane,) = [[a["stream"] for a in annotations_of(g, [n])[0]] for n in (s, o)]
-    assert side_lane >= capture._scopes.FIRST_LANE and other_lane >= capture._scopes.FIRST_LANE
+    assert side_lane >= capture._runtime.FIRST_LANE and other_lane >= capture._runtime.FIRST_LANE
     assert side_lane != other_lane
     assert annotations_of(g, [s]) == [[{"name": "copy-in", "stream": side_lane}]]
     assert annotations_of(g, [s2]) == [[{"name": "side again", "stream": side_lane}]]
@@ -204,7 +204,7 @@ def test_lane_for_is_stable_and_distinct():
     first = capture.lane_for("pg:tensor-parallel")
     assert capture.lane_for("pg:tensor-parallel") == first
     assert capture.lane_for("pg:data-parallel") not in (first,)
-    assert first >= capture._scopes.FIRST_LANE
+    assert first >= capture._runtime.FIRST_LANE
 
 
 def test_child_graph_bodies_get_the_scope_of_their_child_node(fake):
@@ -366,7 +366,7 @@ def test_with_patches_and_no_capture_in_progress_scopes_ask_nothing(fake):
 
 
 def test_captures_in_progress_are_counted_through_failures(fake):
-    state = capture._state.state
+    state = capture._runtime.runtime
     g = FakeCUDAGraph(fake)
     with capturing(g):
         assert state.captures_in_progress == 1
@@ -383,7 +383,7 @@ def test_captures_in_progress_are_counted_through_failures(fake):
 
 
 def test_without_a_backend_every_scope_is_a_no_op(fake):
-    capture._state.state.use_backend(None, reason="testing the no-op path", streams=fake)
+    capture._runtime.runtime.use_backend(None, reason="testing the no-op path", streams=fake)
     capture.enable_annotations()
     assert not capture.is_available()
     assert capture.backend() == "none: testing the no-op path"

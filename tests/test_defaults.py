@@ -7,6 +7,7 @@ where users see them, and check that an option left out is that value."""
 from __future__ import annotations
 
 import inspect
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,13 +27,15 @@ ANNOTATE = {
     "spans": "module",
     "lanes": "all",
 }
-SUMMARY = {"by": "name", "steps": False, "top": 3, "group_layers": False}
+SUMMARY = {"steps": False, "top": 3, "group_layers": False}
+# `by` left out: the first of module, name and the kernel's own name that the traces carry
+DIFF = {"group_layers": False, "threshold": 2.0, "min_share": 1.0, "per_rank": False}
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "h200-compiled-transformer"
 
 
 def test_the_core_exports_the_defaults_users_know():
-    assert _cgfast.DEFAULTS == {**ANNOTATE, **SUMMARY}
-    for name, value in {**ANNOTATE, **SUMMARY}.items():
+    assert _cgfast.DEFAULTS == {**ANNOTATE, **SUMMARY, **DIFF}
+    for name, value in {**ANNOTATE, **SUMMARY, **DIFF}.items():
         assert type(_cgfast.DEFAULTS[name]) is type(value), name
 
 
@@ -45,6 +48,7 @@ def test_the_core_exports_the_defaults_users_know():
         (cg.fix_overlapping_timestamps, ["max_adjust_us"]),
         (cg.summary_report, SUMMARY),
         (cg.summarize, SUMMARY),
+        (cg.diff, DIFF),
         (profiler.trace_handler, ["spans", "lanes"]),
         (profiler.TraceHandler, ["spans", "lanes"]),
     ],
@@ -53,9 +57,11 @@ def test_the_core_exports_the_defaults_users_know():
 def test_signatures_show_the_defaults(function, names):
     parameters = inspect.signature(function).parameters
     for name in names:
-        expected = {**ANNOTATE, **SUMMARY}[name]
+        expected = {**ANNOTATE, **SUMMARY, **DIFF}[name]
         shown = parameters[name].default
         assert shown == expected and type(shown) is type(expected), (function.__name__, name, shown)
+    if "by" in parameters:
+        assert parameters["by"].default is None, "by: the traces' first default key"
 
 
 def test_the_command_line_shows_the_defaults():
@@ -64,14 +70,15 @@ def test_the_command_line_shows_the_defaults():
             [sys.executable, "-m", "cgfast", command, "--help"], capture_output=True, text=True, check=True
         ).stdout
 
-    for command, defaults in [("annotate", ANNOTATE), ("summary", SUMMARY)]:
+    for command, defaults in [("annotate", ANNOTATE), ("summary", SUMMARY), ("diff", DIFF)]:
         text = shown(command)
         for flag, default in defaults.items():
             if isinstance(default, bool):
                 continue  # a switch, off unless given
             value = f"{default:g}" if isinstance(default, float) else str(default)
-            block = text.split(f"--{flag.replace('_', '-')} ")[1].split("\n\n  ")[0]
-            assert f"[default: {value}]" in block, (command, flag, block)
+            # the flag's own entry: from the line it starts to the next flag's
+            entry = re.search(rf"^ +--{flag.replace('_', '-')} .*?(?=^ +-|\Z)", text, re.M | re.S)
+            assert entry and f"[default: {value}]" in entry.group(0), (command, flag, text)
 
 
 @pytest.mark.skipif(not EXAMPLE.is_dir(), reason="no examples/ checkout")

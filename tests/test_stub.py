@@ -21,18 +21,29 @@ KINDS = {
 }
 
 
-def stub_names() -> dict[str, ast.stmt]:
+def stub_names(private: bool = False) -> dict[str, ast.stmt]:
+    """The stub's public names (``private``: also the names private to cgfast.capture)."""
     names = {}
     for node in STUB.body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             names[node.name] = node
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names[node.target.id] = node
-    return {n: node for n, node in names.items() if not n.startswith("_") or n == "__version__"}
+    return {
+        n: node
+        for n, node in names.items()
+        if not n.startswith("_")
+        or n == "__version__"
+        or (private and not n.startswith("__") and n[1:2] != "_")
+    }
 
 
-def exported() -> set[str]:
-    return {n for n in dir(_cgfast) if not n.startswith("__") or n == "__version__"}
+def exported(private: bool = False) -> set[str]:
+    return {
+        n
+        for n in dir(_cgfast)
+        if not n.startswith("_") or n == "__version__" or (private and not n.startswith("__"))
+    }
 
 
 def stub_parameters(f: ast.FunctionDef) -> list[tuple[str, inspect._ParameterKind, object]]:
@@ -62,15 +73,24 @@ def test_the_stub_names_exactly_what_the_module_exports():
     assert sorted(ast.literal_eval(listed)) == sorted(_cgfast.__all__) == sorted(exported())
 
 
+def test_the_private_names_are_in_the_stub_and_out_of_all():
+    private = exported(private=True) - exported()
+    assert private == {"_GraphFunctions", "_graph_node_count", "_resolve_graph_functions", "_walk_graph"}
+    assert set(stub_names(private=True)) == exported(private=True)
+    assert not private & set(_cgfast.__all__)
+
+
 @pytest.mark.parametrize(
     "name",
     sorted(
-        n for n in exported() if callable(getattr(_cgfast, n)) and not isinstance(getattr(_cgfast, n), type)
+        n
+        for n in exported(private=True)
+        if callable(getattr(_cgfast, n)) and not isinstance(getattr(_cgfast, n), type)
     ),
 )
 def test_each_function_has_the_stubs_parameters_and_a_docstring(name):
     function = getattr(_cgfast, name)
-    stub = stub_names()[name]
+    stub = stub_names(private=True)[name]
     assert isinstance(stub, ast.FunctionDef), name
     real = [(p.name, p.kind, p.default) for p in inspect.signature(function).parameters.values()]
     assert real == stub_parameters(stub)

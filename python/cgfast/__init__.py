@@ -14,6 +14,7 @@ from cgfast._annotate import (
 )
 from cgfast._cgfast import CancelledError, CancelToken, TraceError, __version__, find_traces
 from cgfast.annotations import load_annotations, save_annotations
+from cgfast.diff import diff
 from cgfast.reports import AnnotateReport, SummaryReport
 from cgfast.summary import summarize, summarize_frame, summary_report
 
@@ -26,6 +27,7 @@ __all__ = [
     "__version__",
     "annotate_file",
     "annotate_trace",
+    "diff",
     "find_traces",
     "fix_overlapping_timestamps",
     "load_annotations",

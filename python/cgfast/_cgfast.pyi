@@ -3,9 +3,9 @@
 exactly what the module exports, with the same parameters and defaults."""
 
 import os
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence, final
 
-from cgfast.reports import AnnotateReport, Defaults, Lanes, Recover, SummaryReport
+from cgfast.reports import AnnotateReport, Defaults, DiffReport, Lanes, Recover, SummaryReport
 
 _Path = str | os.PathLike[str]
 # node id -> what the node is annotated with: dicts of args to write, or strings
@@ -20,14 +20,13 @@ __all__ = [
     "__version__",
     "annotate_file",
     "annotate_trace",
+    "diff_report",
     "find_traces",
     "fix_overlapping_timestamps",
-    "graph_node_count",
     "move_overlapping_to_stream",
     "read_annotations",
     "run_cli",
     "summary_report",
-    "walk_graph",
     "write_annotations",
 ]
 
@@ -81,7 +80,7 @@ def run_cli(argv: Sequence[str]) -> int: ...
 def summary_report(
     paths: _Path | Iterable[_Path],
     *,
-    by: str,
+    by: str | None,
     steps: bool,
     top: int,
     jobs: int,
@@ -92,9 +91,33 @@ def summary_report(
     cancel: CancelToken | None,
 ) -> SummaryReport: ...
 def find_traces(paths: _Path | Iterable[_Path], *, annotated: bool = False) -> list[str]: ...
+def diff_report(
+    base: _Path | Iterable[_Path],
+    test: _Path | Iterable[_Path],
+    *,
+    by: str | None,
+    depth: int | None,
+    group_layers: bool,
+    hierarchy: bool | None,
+    threshold: float,
+    per_rank: bool,
+    fail_if_slower: float | None,
+    min_share: float,
+    jobs: int,
+    chart: _Path | None,
+    cancel: CancelToken | None,
+) -> DiffReport: ...
 
-# capture-time graph queries on the driver / CUPTI function addresses ctypes loaded
-def graph_node_count(get_nodes: int, graph: int) -> int: ...
-def walk_graph(
-    functions: Mapping[str, int], graph: int
+# cgfast.capture's graph queries (private, not in __all__): the extension looks the
+# driver and CUPTI functions up itself in libraries the process has loaded, and calls
+# nothing else
+@final
+class _GraphFunctions:
+    """Driver (and CUPTI) functions the extension resolved itself; made only by
+    ``_resolve_graph_functions``."""
+
+def _resolve_graph_functions(libcuda: str, libcupti: str | None = None) -> _GraphFunctions: ...
+def _graph_node_count(functions: _GraphFunctions, graph: int) -> int: ...
+def _walk_graph(
+    functions: _GraphFunctions, graph: int
 ) -> tuple[int, list[tuple[int, int, str | None, list[int], Any, Any]], int]: ...

@@ -1,6 +1,6 @@
 """The dicts the trace functions return, typed: what ``annotate_file`` (and the
-command line's ``--json``) reports, what ``summary_report`` and ``annotate_many``
-return, and the core's defaults (``cgfast._cgfast.DEFAULTS``).
+command line's ``--json``) reports, what ``summary_report``, ``diff`` and
+``annotate_many`` return, and the core's defaults (``cgfast._cgfast.DEFAULTS``).
 
 A key that is not always there is a ``total=False`` class of its own, whose keys the
 report holds only as its docstring says.
@@ -8,16 +8,16 @@ report holds only as its docstring says.
 
 from __future__ import annotations
 
-from typing import List, Literal, Optional, TypedDict, Union
+from typing import Any, Dict, List, Literal, Optional, TypedDict, Union
 
 Recover = Literal["auto", "always", "never"]
 Lanes = Literal["all", "none", "reference"]
 
 
 class Defaults(TypedDict):
-    """The core's defaults of the options of ``annotate_file``, the dict passes and
-    ``summary_report`` (``cgfast._cgfast.DEFAULTS``): the package's signatures show
-    these."""
+    """The core's defaults of the options of ``annotate_file``, the dict passes,
+    ``summary_report`` and ``diff`` (``cgfast._cgfast.DEFAULTS``; ``threshold`` and
+    ``min_share`` in percent): the package's signatures show these."""
 
     default_stream: int
     overlap_stream: int
@@ -27,10 +27,12 @@ class Defaults(TypedDict):
     topology_only: bool
     spans: Optional[str]
     lanes: Lanes
-    by: str
     steps: bool
     top: int
     group_layers: bool
+    threshold: float
+    min_share: float
+    per_rank: bool
 
 
 class _Recovery(TypedDict):
@@ -257,6 +259,35 @@ class SummaryReport(_SummaryReport, total=False):
     replay_spread: ReplaySpread
     replays: List[SummaryReplay]
     replay_rows: List[ReplayRow]
+
+
+class DiffReport(TypedDict, total=False):
+    """The report, as ``cgfast diff --format json`` prints it (``rows`` and ``tree`` are
+    pandas DataFrames with ``frame="pandas"``). Present in every report: ``by``,
+    ``by_default``, ``by_note``, ``method``, ``confidence``, ``threshold_pct``, ``traces``,
+    ``base``, ``test``, ``total``, ``mean_delta_us``, ``explained``, ``rows``, ``notes``;
+    ``tree`` for module paths (or ``hierarchy=True``), ``depth`` and ``group_layers`` for
+    rolled-up values, ``ranks`` with ``per_rank``, ``gate`` with ``fail_if_slower``."""
+
+    by: str
+    by_default: bool
+    by_note: Optional[str]
+    method: str
+    confidence: float
+    threshold_pct: float
+    depth: Optional[int]
+    group_layers: bool
+    traces: Dict[str, List[Dict[str, Any]]]
+    base: Dict[str, Any]
+    test: Dict[str, Any]
+    total: Dict[str, Any]
+    mean_delta_us: float
+    explained: Optional[float]
+    rows: Any
+    tree: Any
+    ranks: List[Dict[str, Any]]
+    gate: Dict[str, Any]
+    notes: List[str]
 
 
 class AnnotatedTrace(TypedDict):

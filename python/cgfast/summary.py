@@ -30,7 +30,7 @@ Paths = Union[PathLike, Iterable[PathLike]]
 
 def summary_report(
     paths: Paths,
-    by: str = DEFAULTS["by"],
+    by: Optional[str] = None,
     steps: bool = DEFAULTS["steps"],
     *,
     top: int = DEFAULTS["top"],
@@ -49,6 +49,9 @@ def summary_report(
     (``model.layers.0.mlp`` and ``model.layers.1.mlp`` as ``model.layers.*.mlp``);
     ``hierarchy``: draw the values' tree as an icicle in the chart (``None``, the default:
     when ``by`` is ``"module"`` or values are rolled up; ``False``: never, bars only).
+    ``by``: the key grouped by (``"module"``, ``"name"``, ``"kernel"`` for the kernel's own
+    name, or any key of ``args``; ``None``, the default: ``module`` where the traces carry
+    it, else ``name``, else ``kernel``; the report's ``by`` says which).
     Raises ``cgfast.TraceError`` naming every trace that cannot be read. Ctrl-C on the
     main thread stops it (KeyboardInterrupt), as ``cancel`` (a ``CancelToken``) does
     from any thread (``cgfast.CancelledError``)."""
@@ -68,7 +71,7 @@ def summary_report(
 
 def summarize(
     paths: Paths,
-    by: str = DEFAULTS["by"],
+    by: Optional[str] = None,
     steps: bool = DEFAULTS["steps"],
     *,
     top: int = DEFAULTS["top"],
@@ -115,7 +118,7 @@ def summarize(
 
 
 def summarize_frame(
-    paths: Paths, by: str = DEFAULTS["by"], steps: bool = DEFAULTS["steps"], **options: Any
+    paths: Paths, by: Optional[str] = None, steps: bool = DEFAULTS["steps"], **options: Any
 ) -> Any:
     """:func:`summarize` as a pandas DataFrame."""
     return summarize(paths, by, steps, frame=True, **options)

@@ -44,7 +44,7 @@ def capture_graph():
     import torch
 
     from cgfast import capture
-    from cgfast.capture._state import state
+    from cgfast.capture._runtime import runtime
 
     x = torch.ones(4096, device="cuda")
     side = torch.cuda.Stream()
@@ -75,7 +75,7 @@ def capture_graph():
 
         def forward(self, x):
             stream = torch.cuda.current_stream().cuda_stream
-            graphs = state.backend().graphs
+            graphs = runtime.backend().graphs
             capture_state = graphs.capture_state(stream)
             frontier = capture_state.frontier
             deps = (ctypes.c_void_p * max(1, len(frontier)))(*frontier)
@@ -98,7 +98,7 @@ def capture_graph():
         with capture.mark_kernels("after"):
             x.abs_()
     torch.cuda.synchronize()
-    return graph, state.backend().ids.exec_id(graph.raw_cuda_graph_exec()), (bodies, model, x)
+    return graph, runtime.backend().ids.exec_id(graph.raw_cuda_graph_exec()), (bodies, model, x)
 
 
 def measure(out_path: str) -> None:

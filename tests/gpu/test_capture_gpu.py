@@ -176,6 +176,35 @@ def test_backend_is_available():
     assert capture.is_available(), capture.backend()
 
 
+def test_the_driver_is_called_through_functions_the_extension_resolved(truth):
+    """Module boundaries' node counts and the capture-end walk go through the extension,
+    which looked the functions up itself in the libcuda (and libcupti) this process has
+    loaded: no fallback to ctypes, and what it reads agrees with cuda-bindings and CUPTI."""
+    from cgfast import _cgfast
+    from cgfast.capture._runtime import runtime
+
+    backend = runtime.backend()
+    assert backend is not None, capture.backend()
+    graphs = backend.graphs
+    assert graphs.node_count.func is _cgfast._graph_node_count
+    x = torch.randn(4096, device="cuda")
+    x.add_(1)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = x * 2
+        y.add_(1)
+        buf = torch.empty_like(y)
+        buf.copy_(y)
+        graph = truth.capture_graph()
+        nodes = truth.nodes(graph)
+        assert graphs.node_count(int(graph)) == len(nodes) >= 3
+        if getattr(backend.ids, "path", None) is not None:  # CUPTI's library: one native walk
+            count, entries, child_graphs = graphs.walk_topology(int(graph), backend.ids)
+            assert (count, child_graphs) == (len(nodes), 0)
+            assert [entry[0] for entry in entries] == sorted(truth.annotatable())
+
+
 def test_single_stream_scopes_match_the_nodes_they_created(truth):
     x = torch.randn(1 << 16, device="cuda")
     buf = torch.empty_like(x)

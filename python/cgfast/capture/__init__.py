@@ -21,6 +21,11 @@ Ids come from ``cudaGraphNodeGetToolsId`` (cuda-bindings, CUDA >= 13.1 drivers) 
 CUPTI (``cuptiGetGraphNodeId``, CUDA 12.x and 13.0 drivers), chosen once on first use;
 graphs are walked through ctypes on ``libcuda.so.1``. Without a GPU or an id source
 every scope is a silent no-op and :func:`backend` says why.
+
+What the capture layer keeps is owned by one object, ``_runtime.runtime``; every change
+it makes to torch is made and undone in ``_patches``. Importing this package never
+imports torch (nor chooses the backend): the functions that need torch import it when
+they first run.
 """
 
 from __future__ import annotations
@@ -28,17 +33,19 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
 
-from cgfast.capture._graphs import graph, install, recording, remap_to_exec_graph, uninstall
+from cgfast import annotations as _annotation_files
+from cgfast.capture._graphs import remap_to_exec_graph
 from cgfast.capture._modules import ModuleAnnotations, annotate_modules
-from cgfast.capture._scopes import (
+from cgfast.capture._patches import install, uninstall
+from cgfast.capture._recording import (
     annotations_enabled,
     disable_annotations,
     enable_annotations,
-    lane_for,
-    mark_kernels,
-    mark_stream,
+    graph,
+    recording,
 )
-from cgfast.capture._state import state as _process_state
+from cgfast.capture._runtime import runtime as _runtime_state
+from cgfast.capture._scopes import lane_for, mark_kernels, mark_stream
 
 __all__ = [
     "ModuleAnnotations",
@@ -69,45 +76,45 @@ __all__ = [
 
 def is_available() -> bool:
     """Whether annotations can be recorded here (chooses the id source on first call)."""
-    return _process_state.backend() is not None
+    return _runtime_state.backend() is not None
 
 
 def backend() -> str:
     """The id source in use (``"tools-id: ..."`` or ``"cupti: <libcupti path>"``), or
     ``"none: <why>"``."""
-    return _process_state.describe()
+    return _runtime_state.describe()
 
 
 def resolve_pending_annotations() -> None:
     """Merge the scopes recorded so far into :func:`get_kernel_annotations`."""
-    _process_state.recorder.resolve()
+    _runtime_state.recorder.resolve()
 
 
 def get_kernel_annotations() -> Mapping[int, List[Dict[str, Any]]]:
     """The live, read-only registry: node id -> list of annotation dicts."""
-    return _process_state.recorder.annotations
+    return _runtime_state.recorder.annotations
 
 
 def get_graph_topology() -> Dict[int, List[Dict[str, Any]]]:
     """Per executable graph id, its kernel/memcpy/memset nodes in local-id order:
     ``{"id", "type", "name", "deps", "grid", "block"}`` (a new dict on every call)."""
-    return _process_state.recorder.topology()
+    return _runtime_state.recorder.topology()
 
 
 def get_kernel_stacks() -> Dict[int, List[str]]:
     """Node id -> the user frames that launched it (``file:line:function``, innermost
     first), recorded with ``stacks=True`` (a new dict on every call)."""
-    return _process_state.recorder.stacks()
+    return _runtime_state.recorder.stacks()
 
 
 def clear_kernel_annotations() -> None:
     """Forget every recorded annotation, pending scope and graph topology."""
-    _process_state.recorder.clear()
+    _runtime_state.recorder.clear()
 
 
 def drop_graph_annotations(graph_ids: Union[int, Iterable[int]]) -> None:
     """Forget the annotations and topology of these (destroyed) graphs' ids."""
-    _process_state.recorder.drop_graphs([graph_ids] if isinstance(graph_ids, int) else graph_ids)
+    _runtime_state.recorder.drop_graphs([graph_ids] if isinstance(graph_ids, int) else graph_ids)
 
 
 def save_annotations(
@@ -116,19 +123,15 @@ def save_annotations(
 ) -> None:
     """Write annotations in the trace processor's format (gzip for ``.gz``), atomically.
     Without ``annotations``, the recorded ones, graph topology and launch stacks."""
-    from cgfast import annotations as annotation_files
-
     if annotations is None:
-        recorder = _process_state.recorder
-        annotation_files.save_annotations(
+        recorder = _runtime_state.recorder
+        _annotation_files.save_annotations(
             path, dict(recorder.annotations), graphs=recorder.topology(), stacks=recorder.stacks()
         )
     else:
-        annotation_files.save_annotations(path, annotations)
+        _annotation_files.save_annotations(path, annotations)
 
 
 def load_annotations(path: str | os.PathLike[str]) -> Dict[int, list]:
     """Read node id -> annotations from a cgfast JSON file (or a PyTorch pickle)."""
-    from cgfast import annotations as annotation_files
-
-    return annotation_files.load_annotations(path)
+    return _annotation_files.load_annotations(path)

@@ -5,18 +5,15 @@ hook: the nodes its forward made) or made inside a ``mark_kernels(..., backward=
 scope (a node creation hook) gets a prehook: when it runs, its annotation plus
 ``"autograd_phase": "backward"`` becomes the owner of the nodes captured from then on
 (a span), until the next such node starts, an AccumulateGrad node starts, or the
-backward pass ends (see ``_BackwardOwner``).
+backward pass ends (see ``start_backward_span``).
 """
 
 from __future__ import annotations
 
-import threading
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict
 
-from cgfast.capture._core import SpanStart
-from cgfast.capture._interface import Backend
+from cgfast.capture._runtime import never_raises, runtime
 from cgfast.capture._spans import begin_span
-from cgfast.capture._state import state
 
 # node.metadata keys: the backward annotation of the module / the user scopes that made
 # the node, both merged (module keys winning), and whether its prehook is in place
@@ -68,8 +65,6 @@ def claim_backward(output: Any, first_sequence_nr: int, annotation: Dict[str, An
 
 # -- mark_kernels(..., backward=True) ---------------------------------------------------
 
-_scopes = threading.local()  # .open: merged backward annotations of open user scopes
-
 
 def enter_backward_scope(annotation: Dict[str, Any]) -> bool:
     """While the scope is open, autograd nodes created on this thread get ``annotation``
@@ -79,15 +74,16 @@ def enter_backward_scope(annotation: Dict[str, Any]) -> bool:
 
     push = getattr(torch._C._autograd, "_push_node_creation_hook", None)
     if push is None:
-        state.recorder.warn_once(
+        runtime.recorder.warn_once(
             "backward scopes",
             f"mark_kernels(..., backward=True) needs torch >= 2.14 (node creation hooks); "
             f"torch {torch.__version__} annotates the scope's forward work only",
         )
         return False
-    open_scopes = getattr(_scopes, "open", None)
+    scopes = runtime.backward_scopes
+    open_scopes = getattr(scopes, "open", None)
     if open_scopes is None:
-        open_scopes = _scopes.open = []
+        open_scopes = scopes.open = []
     enclosing = open_scopes[-1] if open_scopes else {}
     open_scopes.append({**enclosing, **annotation, **BACKWARD_PHASE})
     if len(open_scopes) == 1:
@@ -98,14 +94,14 @@ def enter_backward_scope(annotation: Dict[str, Any]) -> bool:
 def exit_backward_scope() -> None:
     import torch
 
-    open_scopes = _scopes.open
+    open_scopes = runtime.backward_scopes.open
     open_scopes.pop()
     if not open_scopes:
         torch._C._autograd._pop_node_creation_hook()
 
 
 def _on_node_created(node: Any) -> None:
-    open_scopes = getattr(_scopes, "open", None)
+    open_scopes = getattr(runtime.backward_scopes, "open", None)
     if not open_scopes or type(node).__name__ == "AccumulateGrad":
         return
     metadata = node.metadata
@@ -113,48 +109,44 @@ def _on_node_created(node: Any) -> None:
     _bracket_backward(node, metadata)
 
 
-class _BackwardOwner:
-    """The annotation the backward nodes being created now belong to: set when a
-    claimed autograd node starts (its prehook), so it also covers the gradient sums the
-    engine adds after the node ran; ended by the next claimed node, an AccumulateGrad
-    node, or the end of the backward pass. Autograd runs a device's nodes one at a time
-    (one thread per device), so one owner serves."""
-
-    def __init__(self) -> None:
-        # the backend that began the span, where it began, and its annotation
-        self.span: Optional[Tuple[Backend, SpanStart, Dict[str, Any]]] = None
-
-    def start(self, annotation: Dict[str, Any]) -> None:
-        first = self.span is None
-        self.end()
-        if state.no_capture_in_progress() or not state.enabled:
-            return
-        backend = state.backend()
-        if backend is None:
-            return
-        try:
-            start = begin_span(backend)
-        except Exception:  # annotation must never break the capture
-            state.recorder.report_failure("reading the capture graph at a backward node")
-            return
-        if start is None:
-            return
-        self.span = (backend, start, annotation)
-        if first:
-            import torch
-
-            torch.autograd.Variable._execution_engine.queue_callback(self.end)
-
-    def end(self, *_: Any) -> None:
-        span, self.span = self.span, None
-        if span is not None:
-            try:
-                state.recorder.end_span(*span)
-            except Exception:  # annotation must never break the capture
-                state.recorder.report_failure("reading the capture graph after a backward node")
+# -- the backward span ------------------------------------------------------------------
+# The annotation the backward nodes being created now belong to (runtime.backward_span):
+# set when a claimed autograd node starts (its prehook), so it also covers the gradient
+# sums the engine adds after the node ran; ended by the next claimed node, an
+# AccumulateGrad node, or the end of the backward pass. Autograd runs a device's nodes
+# one at a time (one thread per device), so one span serves.
 
 
-owner = _BackwardOwner()
+def start_backward_span(annotation: Dict[str, Any]) -> None:
+    first = runtime.backward_span is None
+    end_backward_span()
+    if runtime.no_capture_in_progress() or not runtime.enabled:
+        return
+    backend = runtime.backend()
+    if backend is None:
+        return
+    start = _begin_span(backend)
+    if start is None:
+        return
+    runtime.backward_span = (backend, start, annotation)
+    if first:
+        import torch
+
+        torch.autograd.Variable._execution_engine.queue_callback(end_backward_span)
+
+
+def end_backward_span(*_: Any) -> None:
+    span, runtime.backward_span = runtime.backward_span, None
+    if span is not None:
+        _end_span(*span)
+
+
+_begin_span = never_raises("reading the capture graph at a backward node")(begin_span)
+
+
+@never_raises("reading the capture graph after a backward node")
+def _end_span(backend: Any, start: Any, annotation: Dict[str, Any]) -> None:
+    runtime.recorder.end_span(backend, start, annotation)
 
 
 def _bracket_backward(node: Any, metadata: Dict[Any, Any]) -> None:
@@ -169,7 +161,7 @@ def _bracket_backward(node: Any, metadata: Dict[Any, Any]) -> None:
         if annotation is None:
             scope, module = metadata.get(_SCOPE_KEY), metadata.get(_MODULE_KEY)
             annotation = metadata[_MERGED_KEY] = {**scope, **module} if scope and module else scope or module
-        owner.start(annotation)
+        start_backward_span(annotation)
         return None
 
     node.register_prehook(prehook)
@@ -180,11 +172,4 @@ def _bracket_backward(node: Any, metadata: Dict[Any, Any]) -> None:
             and _BRACKETED not in parent.metadata
         ):
             parent.metadata[_BRACKETED] = True
-            parent.register_prehook(owner.end)
-
-
-def _forget_owner() -> None:
-    owner.span = None  # a capture began or ended: the span's graph may be gone
-
-
-state.capture_listeners.append(_forget_owner)
+            parent.register_prehook(end_backward_span)

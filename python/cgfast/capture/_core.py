@@ -573,12 +573,13 @@ class Recorder:
         self._warned.add(topic)
         warnings.warn(message, RuntimeWarning, stacklevel=4)
 
-    def report_failure(self, what: str) -> None:
-        """Log a failed driver query (with its traceback) once; later ones at debug level.
-        Annotation must never break the capture it annotates."""
+    def report_failure(self, what: str, exc_info: Any = True) -> None:
+        """Log a failed driver query (with its traceback: ``exc_info`` as ``logging``
+        takes it) once; later ones at debug level. Annotation must never break the
+        capture it annotates (see ``_runtime.never_raises``)."""
         self._failures_reported += 1
         level = logging.WARNING if self._failures_reported == 1 else logging.DEBUG
-        logger.log(level, "cgfast.capture: %s failed; its annotations are dropped", what, exc_info=True)
+        logger.log(level, "cgfast.capture: %s failed; its annotations are dropped", what, exc_info=exc_info)
 
 
 def _graph_of(nodes: Any) -> int:

@@ -108,10 +108,9 @@ class CuptiIdSource:
         self._exec_id.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)]
         for fn in (self._node_id, self._graph_id, self._exec_id):
             fn.restype = ctypes.c_int
+        # as loaded: the native graph walk looks cuptiGetGraphNodeId up in this library
         self.path = path
         self.description = f"cupti: {path}"
-        # cuptiGetGraphNodeId for the native graph walk
-        self.node_id_address = ctypes.cast(self._node_id, ctypes.c_void_p).value
         self._scratch = threading.local()
 
     @staticmethod

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import logging
 import threading
 from contextlib import contextmanager
-from typing import Any, Iterator, List, NamedTuple, Optional, cast
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, cast
 
+from cgfast import _cgfast
 from cgfast.capture._interface import CaptureState, KernelLaunch
+
+logger = logging.getLogger("cgfast.capture")
 
 _c_void_p = ctypes.c_void_p
 _c_size_t = ctypes.c_size_t
@@ -85,19 +89,14 @@ def _function(lib: ctypes.CDLL, names: tuple, argtypes: list) -> tuple:
     raise OSError(f"libcuda exports none of {', '.join(names)}")
 
 
-def function_address(fn: Any) -> int:
-    """The address of a ``ctypes`` foreign function (or ``CFUNCTYPE`` callback)."""
-    return ctypes.cast(fn, ctypes.c_void_p).value or 0
-
-
-def _native() -> Any:
-    """The extension's native graph walk, or ``None`` where it is missing (an older
-    build): the ctypes path then does everything."""
+def _resolved(libcuda: str, libcupti: Optional[str] = None) -> Any:
+    """The extension's own lookup of the graph functions in these loaded libraries, or
+    ``None`` where it fails (the ctypes path then does everything)."""
     try:
-        from cgfast import _cgfast
-    except ImportError:  # pragma: no cover - the extension is part of every build
+        return _cgfast._resolve_graph_functions(libcuda, libcupti)
+    except ValueError:
+        logger.debug("cgfast.capture: no native graph walk on %s", libcuda, exc_info=True)
         return None
-    return _cgfast if hasattr(_cgfast, "walk_graph") else None
 
 
 # One native walk's result: (node count, [(node id, node type, kernel name, dependencies as
@@ -176,32 +175,28 @@ class LibcudaGraphs:
         # module is unloaded, so names are not kept across walks).
         self._scratch = threading.local()
         self._names: dict = {}
-        native = _native()
+        # The extension calls the driver itself, through functions it looks up in this
+        # library (see graph_walk.rs): one native call per module boundary instead of a
+        # ctypes call, and one per graph at capture end.
+        native = _resolved(lib._name)
         if native is not None:
-            # one native call per module boundary instead of a ctypes call
-            count_address = function_address(self._nodes)
-            self.node_count = functools.partial(native.graph_node_count, count_address)  # type: ignore[method-assign]
-        self._native = native
+            self.node_count = functools.partial(_cgfast._graph_node_count, native)  # type: ignore[method-assign]
+        # libcupti path -> its functions with the driver's for the walk (None: no walk)
+        self._walks: Dict[str, Any] = {}
 
     def walk_topology(self, graph: int, ids: Any) -> Optional[NativeWalk]:
         """The whole graph in one native call (see :data:`NativeWalk`) when ``ids`` is an
-        id source with a native entry point (CUPTI's); ``None`` otherwise."""
-        node_id_address = getattr(ids, "node_id_address", None)
-        if self._native is None or node_id_address is None:
+        id source the extension can call itself (CUPTI's library); ``None`` otherwise."""
+        libcupti = getattr(ids, "path", None)
+        if libcupti is None:
             return None
-        addresses = {
-            "get_nodes": function_address(self._nodes),
-            "node_type": function_address(self._node_type),
-            "node_id": node_id_address,
-            "dependencies": function_address(self._dependencies),
-            "dependencies_have_edges": int(self._dependencies_have_edges),
-            "edges": function_address(self._edges) if self._edges else 0,
-            "edges_have_data": int(self._edges_have_data),
-            "kernel_params": function_address(self._kernel_params),
-            "function_name": function_address(self._function_name) if self._function_name else 0,
-            "kernel_name": function_address(self._kernel_name) if self._kernel_name else 0,
-        }
-        return self._native.walk_graph(addresses, graph)
+        try:
+            functions = self._walks[libcupti]
+        except KeyError:
+            functions = self._walks[libcupti] = _resolved(self._lib._name, libcupti)
+        if functions is None:
+            return None
+        return _cgfast._walk_graph(functions, graph)
 
     def forget_function_names(self) -> None:
         """A new walk over a graph begins: function handles may have been reused."""

@@ -7,19 +7,17 @@ must cost next to nothing.
 
 from __future__ import annotations
 
-import threading
 from typing import Any, ContextManager, Dict, Hashable, Literal, Optional, Union
 
-from cgfast.capture._core import ScopeStart
-from cgfast.capture._graphs import install
+from cgfast.capture._backward import enter_backward_scope, exit_backward_scope
+from cgfast.capture._core import Recorder, ScopeStart
 from cgfast.capture._interface import Backend
-from cgfast.capture._state import state
+from cgfast.capture._runtime import never_raises, runtime
 
 AnnotationLike = Union[str, Dict[str, Any]]
 
-FIRST_LANE = 60
-_lanes: Dict[Hashable, int] = {}
-_lanes_lock = threading.Lock()
+_begin_scope = never_raises("reading the capture state at mark_kernels entry")(Recorder.begin_scope)
+_end_scope = never_raises("walking the nodes a mark_kernels scope added")(Recorder.end_scope)
 
 
 def _as_annotation(annotation: AnnotationLike) -> Dict[str, Any]:
@@ -51,9 +49,9 @@ class mark_kernels:
         self._backward: Optional[bool] = backward
 
     def __enter__(self) -> mark_kernels:
-        if not state.enabled or state.no_capture_in_progress():
+        if not runtime.enabled or runtime.no_capture_in_progress():
             return self
-        backend = state.backend()
+        backend = runtime.backend()
         if backend is None:
             return self
         if self._start is not None:
@@ -61,18 +59,12 @@ class mark_kernels:
         stream = backend.streams.capturing_stream()
         if stream is None:
             return self
-        try:
-            self._start = state.recorder.begin_scope(backend, stream)
-        except Exception:  # annotation must never break the capture
-            state.recorder.report_failure("reading the capture state at mark_kernels entry")
-            return self
+        self._start = _begin_scope(runtime.recorder, backend, stream)
         if self._start is not None:
             self._backend = backend
             # Snapshot: the caller may reuse or change its dict after the scope.
             self._annotation = dict(self._annotation)
             if self._backward:
-                from cgfast.capture._backward import enter_backward_scope
-
                 self._backward = enter_backward_scope(self._annotation) or None
         return self
 
@@ -84,15 +76,10 @@ class mark_kernels:
         if self._backward is None:
             self._backward = True  # entered on a torch without node creation hooks
         elif self._backward:
-            from cgfast.capture._backward import exit_backward_scope
-
             exit_backward_scope()
         if exc_type is not None:
             return False  # the capture is failing; what it added is not worth keying
-        try:
-            state.recorder.end_scope(backend, start, self._annotation)
-        except Exception:  # annotation must never break the capture
-            state.recorder.report_failure("walking the nodes a mark_kernels scope added")
+        _end_scope(runtime.recorder, backend, start, self._annotation)
         return False
 
 
@@ -115,8 +102,8 @@ class mark_stream:
         self._switch: Optional[ContextManager[object]] = None
 
     def __enter__(self) -> mark_stream:
-        streams = state.streams()
-        backend = state.backend() if state.enabled else None
+        streams = runtime.streams()
+        backend = runtime.backend() if runtime.enabled else None
         if backend is None:
             switch = self._switch = streams.use(self._stream)
             switch.__enter__()
@@ -126,7 +113,9 @@ class mark_stream:
             scope = self._scope = mark_kernels(self._annotation)
             scope.__enter__()
             return self
-        scope = self._scope = mark_kernels({**self._annotation, "stream": _lane(("cuda stream", target))})
+        scope = self._scope = mark_kernels(
+            {**self._annotation, "stream": runtime.lane(("cuda stream", target))}
+        )
         switch = self._switch = streams.use(self._stream)
         if _takes_part_in_a_capture(backend, target):
             # Its work hangs off its own frontier: open the scope there.
@@ -155,44 +144,20 @@ class mark_stream:
         return False
 
 
-def _takes_part_in_a_capture(backend, stream: int) -> bool:
+def _takes_part_in_a_capture(backend: Backend, stream: int) -> bool:
     if backend.streams.capturing_stream() is None:
         return False  # no capture on the current stream: the scope records nothing anyway
-    try:
-        return backend.graphs.capture_state(stream) is not None
-    except Exception:  # annotation must never break the capture
-        state.recorder.report_failure("reading a side stream's capture state")
-        return False
+    return _stream_captures(backend, stream)
+
+
+@never_raises("reading a side stream's capture state", default=False)
+def _stream_captures(backend: Backend, stream: int) -> bool:
+    return backend.graphs.capture_state(stream) is not None
 
 
 def lane_for(key: Hashable) -> int:
     """A small stable lane id (from 60 up) for ``key``, e.g. a process group's name. A
     CUDA stream gets the lane :class:`mark_stream` gives it."""
     if hasattr(key, "cuda_stream"):
-        return _lane(("cuda stream", state.streams().handle(key)))
-    return _lane(("key", key))
-
-
-def _lane(key: Hashable) -> int:
-    lane = _lanes.get(key)
-    if lane is None:
-        with _lanes_lock:
-            lane = _lanes.setdefault(key, FIRST_LANE + len(_lanes))
-    return lane
-
-
-def enable_annotations() -> None:
-    """Record annotations from now on: choose the id source, if not done yet, and
-    :func:`install` the patches, so every capture through ``torch.cuda.CUDAGraph`` is
-    resolved and remapped by itself and scopes outside a capture ask no driver."""
-    state.enabled = True
-    state.backend()
-    install()
-
-
-def disable_annotations() -> None:
-    state.enabled = False
-
-
-def annotations_enabled() -> bool:
-    return state.enabled
+        return runtime.lane(("cuda stream", runtime.streams().handle(key)))
+    return runtime.lane(("key", key))

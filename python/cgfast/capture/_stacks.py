@@ -11,6 +11,7 @@ cuda-bindings, CUPTI, triton, importlib, Inductor's generated code and cgfast it
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import sys
@@ -18,59 +19,29 @@ from types import FrameType
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from cgfast.capture._core import Span
-from cgfast.capture._state import state
+from cgfast.capture._runtime import never_raises, runtime
+from cgfast.capture._spans import begin_span
 
 MAX_FRAMES = 64
-_requests: List[Tuple[Any, Optional[Tuple[str, ...]]]] = []  # (owner, filter paths)
-_mode: List[Any] = []  # the dispatch mode while pushed
-# filter paths (None: torch's defaults) -> (directory prefixes, file name -> filtered?)
-_filters: Dict[Optional[Tuple[str, ...]], Tuple[Tuple[str, ...], Dict[str, bool]]] = {}
 _OWN_ROOT = os.path.normcase(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
-def request(owner: Any, filter_paths: Optional[Sequence[str]] = None) -> None:
-    """Record stacks while ``owner`` holds a request (the latest request's filter wins)."""
-    if filter_paths is not None:
-        if isinstance(filter_paths, str) or not all(isinstance(p, str) and p for p in filter_paths):
-            raise TypeError("stack filter paths must be a list of non-empty path strings")
-        filter_paths = tuple(filter_paths)
-    _requests.append((owner, filter_paths))
-    if _sync not in state.capture_listeners:
-        state.capture_listeners.append(_sync)
-    _sync()
-
-
-def release(owner: Any) -> None:
-    for index, (holder, _) in enumerate(_requests):
-        if holder is owner:
-            del _requests[index]
-            break
-    _sync()
-
-
-def _sync() -> None:
-    """Push the dispatch mode when a capture begins (stacks asked for), pop it when the
-    last capture ends."""
-    want = bool(_requests) and state.captures_in_progress > 0
-    if want and not _mode:
-        from torch.utils._python_dispatch import _push_mode
-
-        mode = _LaunchStacks()
-        _push_mode(mode)
-        _mode.append(mode)
-    elif _mode and not want:
-        from torch.utils._python_dispatch import _get_current_dispatch_mode, _pop_mode
-
-        if _get_current_dispatch_mode() is _mode[0]:
-            _pop_mode()
-        _mode.clear()
+def filter_paths(paths: Optional[Sequence[str]]) -> Optional[Tuple[str, ...]]:
+    """``stack_filter_paths`` as a request keeps it; ``TypeError`` for anything but a
+    list of non-empty path strings."""
+    if paths is None:
+        return None
+    if isinstance(paths, str) or not all(isinstance(p, str) and p for p in paths):
+        raise TypeError("stack filter paths must be a list of non-empty path strings")
+    return tuple(paths)
 
 
 def _filter() -> Tuple[Tuple[str, ...], Dict[str, bool]]:
-    paths = _requests[-1][1] if _requests else None
-    cached = _filters.get(paths)
+    requests = runtime.stack_requests
+    paths = requests[-1][1] if requests else None
+    cached = runtime.stack_filters.get(paths)
     if cached is None:
-        cached = _filters[paths] = (_filter_roots(paths), {})
+        cached = runtime.stack_filters[paths] = (_filter_roots(paths), {})
     return cached
 
 
@@ -125,40 +96,31 @@ def user_frames(skip: int = 1) -> Tuple[str, ...]:
     return tuple(frames)
 
 
-def _make_mode_class():
+_begin_op = never_raises("reading the capture graph at an op")(begin_span)
+
+
+@never_raises("reading the capture graph after an op")
+def _node_count_after_op(backend: Any, graph: int) -> int:
+    return backend.graphs.node_count(graph)
+
+
+@functools.cache
+def launch_stacks_mode() -> type:
+    """The dispatch mode that records launch stacks (a class made once: it subclasses
+    torch's ``TorchDispatchMode``)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class LaunchStacks(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            start = None
-            backend = state.backend() if state.enabled else None
-            if backend is not None:
-                from cgfast.capture._spans import begin_span
-
-                try:
-                    start = begin_span(backend)
-                except Exception:  # annotation must never break the capture
-                    state.recorder.report_failure("reading the capture graph at an op")
+            backend = runtime.backend() if runtime.enabled else None
+            start = _begin_op(backend) if backend is not None else None
             out = func(*args, **(kwargs or {}))
             if start is not None:
-                try:
-                    end = backend.graphs.node_count(start.graph)
-                except Exception:  # annotation must never break the capture
-                    state.recorder.report_failure("reading the capture graph after an op")
-                    return out
-                if end > start.first:
+                end = _node_count_after_op(backend, start.graph)
+                if end is not None and end > start.first:
                     frames = user_frames(2)
                     if frames:
-                        state.recorder.add_stack(Span(start.graph_id, start.first, end), frames)
+                        runtime.recorder.add_stack(Span(start.graph_id, start.first, end), frames)
             return out
 
     return LaunchStacks
-
-
-_mode_class: List[Any] = []
-
-
-def _LaunchStacks():
-    if not _mode_class:
-        _mode_class.append(_make_mode_class())
-    return _mode_class[0]()

@@ -2,8 +2,9 @@
 
 torch records ``torch.cuda.graph(..., enable_annotations=True)`` captures and its
 ``mark_kernels`` / ``mark_stream`` scopes only through ``cudaGraphNodeGetToolsId`` (CUDA
->= 13.1 drivers); elsewhere they are no-ops. While :func:`install` is active and torch
-says tools ids are unavailable, this module makes cgfast record them instead:
+>= 13.1 drivers); elsewhere they are no-ops. While ``install()`` is active and torch
+says tools ids are unavailable, these replacements (``_patches`` puts them in) make
+cgfast record them instead:
 
 * ``torch.cuda._graph_annotations._set_annotations_enabled`` (what ``torch.cuda.graph``
   calls around an annotated capture) also turns cgfast's recording on for the capture;
@@ -20,13 +21,12 @@ from __future__ import annotations
 
 import functools
 import importlib
-from typing import Any, Dict, List, Tuple
+from typing import Any, List, Tuple
 
-from cgfast.capture._state import state
+from cgfast.capture._runtime import runtime
+from cgfast.capture._scopes import mark_kernels as cgfast_mark_kernels
 
 _MODULES = ("torch.cuda._graph_annotations", "torch.cuda.graph_annotations")
-_originals: List[Tuple[Any, str, Any]] = []  # (module, name, torch's function)
-_enabled_before: List[bool] = []
 
 
 def _torch_module():
@@ -42,57 +42,47 @@ def _cgfast_records(private) -> bool:
         unavailable = private._is_tools_id_unavailable()
     except Exception:  # a private torch API: where it fails, torch records as before
         return False
-    return unavailable and state.backend() is not None
+    return unavailable and runtime.backend() is not None
 
 
-def install() -> None:
-    if _originals:
-        return
+def replacements() -> List[Tuple[Any, str, Any]]:
+    """``(module, name, replacement)`` of each of torch's functions to replace, in the
+    modules that still hold torch's own; none before torch 2.13."""
     private = _torch_module()
     if (
         private is None
         or not hasattr(private, "mark_kernels")
         or not hasattr(private, "_set_annotations_enabled")
     ):
-        return
+        return []
     set_enabled = private._set_annotations_enabled
 
     @functools.wraps(set_enabled)
     def _set_annotations_enabled(enabled: bool) -> None:
         set_enabled(enabled)
         if enabled and _cgfast_records(private):
-            _enabled_before.append(state.enabled)
-            state.enabled = True
-        elif not enabled and _enabled_before:
-            state.enabled = _enabled_before.pop()
+            runtime.hold_for_torch()
+        elif not enabled:
+            runtime.release_for_torch()
 
-    replacements: Dict[str, Any] = {"_set_annotations_enabled": _set_annotations_enabled}
     torch_mark_kernels = private.mark_kernels
 
     @functools.wraps(torch_mark_kernels)
     def mark_kernels(annotation, *, backward: bool = True):
         if private._annotations_enabled and _cgfast_records(private):
-            from cgfast.capture._scopes import mark_kernels as cgfast_mark_kernels
-
             return cgfast_mark_kernels(annotation, backward=backward)
         return torch_mark_kernels(annotation, backward=backward)
 
-    replacements["mark_kernels"] = mark_kernels
+    found = []
     for module_name in _MODULES:
         try:
             module = importlib.import_module(module_name)
         except ImportError:
             continue
-        for name, replacement in replacements.items():
-            original = module.__dict__.get(name)
-            if original is not None and (
-                (name == "mark_kernels" and original is torch_mark_kernels) or original is set_enabled
-            ):
-                _originals.append((module, name, original))
-                setattr(module, name, replacement)
-
-
-def uninstall() -> None:
-    while _originals:
-        module, name, original = _originals.pop()
-        setattr(module, name, original)
+        for name, original, replacement in (
+            ("_set_annotations_enabled", set_enabled, _set_annotations_enabled),
+            ("mark_kernels", torch_mark_kernels, mark_kernels),
+        ):
+            if module.__dict__.get(name) is original:
+                found.append((module, name, replacement))
+    return found

@@ -4,6 +4,8 @@
 
 mod annotate;
 mod annotate_many;
+mod diff;
+mod diff_table;
 mod files_progress;
 mod progress;
 mod summary;
@@ -34,9 +36,13 @@ enum Command {
     /// Where the GPU time of graph replays goes: per value of an annotation key, its
     /// kernels, time and share of the busy time, from one or more annotated traces.
     Summary(summary::Args),
+    /// Which values got slower or faster between two runs (base and test), by how much
+    /// and how sure: each graph replay a sample, a 95% interval of each change, and a
+    /// gate for CI (--fail-if-slower, exit status 3).
+    Diff(diff::Args),
 }
 
-const SUBCOMMANDS: &[&str] = &["annotate", "summary", "help"];
+const SUBCOMMANDS: &[&str] = &["annotate", "summary", "diff", "help"];
 
 /// The exit status of a run stopped by SIGINT or SIGTERM (128 + SIGINT, as shells do).
 pub const INTERRUPTED: i32 = 130;
@@ -93,11 +99,13 @@ where
         Command::Annotate(a) => match a.single_trace() {
             Some(trace) => annotate::run(&a, trace, cancel),
             None => annotate_many::run(&a, cancel),
-        },
-        Command::Summary(a) => summary::run(a, cancel),
+        }
+        .map(|()| 0),
+        Command::Summary(a) => summary::run(a, cancel).map(|()| 0),
+        Command::Diff(a) => diff::run(a, cancel),
     });
     match result {
-        Ok(Ok(())) => 0,
+        Ok(Ok(status)) => status,
         Ok(Err(_)) if cancel.is_cancelled() => {
             eprintln!("cgfast: interrupted");
             INTERRUPTED

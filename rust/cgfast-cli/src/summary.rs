@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 
 use cgfast_core::{
-    find_traces, summarize_files, write_chart, CancelToken, Hierarchy, SummaryOptions, Wanted,
+    find_traces, summarize_files, write_chart, CancelToken, DefaultKey, Hierarchy, SummaryOptions, Wanted,
+    MODULE_KEY,
 };
 
 use crate::files_progress::Files;
@@ -25,9 +26,11 @@ pub struct Args {
     /// *.annotated.json[.gz]) or glob patterns; several are added up.
     #[arg(required = true, value_name = "TRACE")]
     traces: Vec<PathBuf>,
-    /// The args key kernels are grouped by (name, module, or any key the annotations wrote).
-    #[arg(long, value_name = "KEY", default_value_t = SummaryOptions::default().by)]
-    by: String,
+    /// The key kernels are grouped by: module, name, kernel (the kernel's own name) or any
+    /// key the annotations wrote [default: module where the traces carry it, else name,
+    /// else kernel].
+    #[arg(long, value_name = "KEY")]
+    by: Option<String>,
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
     /// Also per replay (per args.correlation), with the spread of each value across replays.
@@ -67,7 +70,7 @@ const LARGE: u64 = 64 << 20;
 
 pub fn run(args: Args, cancel: &CancelToken) -> Result<(), Failure> {
     let said = |line: String| Err(Failure::Said(line));
-    if args.by.is_empty() {
+    if args.by.as_deref() == Some("") {
         return said("--by needs a key of args (name, module, ...)".into());
     }
     if let Some(chart) = &args.chart {
@@ -86,9 +89,11 @@ pub fn run(args: Args, cancel: &CancelToken) -> Result<(), Failure> {
     } else {
         None
     };
-    let hierarchy = Hierarchy::new(&args.by, args.depth.map(|d| d as usize), args.group_layers, tree);
+    let by = args.by.clone().unwrap_or_else(|| MODULE_KEY.to_string());
+    let hierarchy = Hierarchy::new(&by, args.depth.map(|d| d as usize), args.group_layers, tree);
     let traces = find_traces(&args.traces, Wanted::Annotated)?;
-    let options = SummaryOptions { by: args.by.clone(), steps: args.steps, top: args.top, hierarchy };
+    let default_key = args.by.is_none().then_some(DefaultKey { tree });
+    let options = SummaryOptions { by, steps: args.steps, top: args.top, hierarchy, default_key };
     let progress = Files::new("reading", &traces, !args.no_progress, LARGE);
     let (summary, mut failures) =
         summarize_files(&traces, &options, args.jobs.unwrap_or(0) as usize, &progress, cancel);
@@ -110,7 +115,10 @@ pub fn run(args: Args, cancel: &CancelToken) -> Result<(), Failure> {
     }
     let rows = summary.rows(args.top);
     match args.format {
-        Format::Table => summary_table::print_table(&summary, &rows),
+        Format::Table => {
+            let note = if args.by.is_none() { cgfast_core::default_key_note(&summary.by) } else { None };
+            summary_table::print_table(&summary, &rows, note.as_deref())
+        }
         Format::Csv => summary_table::print_csv(&summary, &rows),
         Format::Json => summary_table::print_json(&summary, args.top),
     }

@@ -34,7 +34,7 @@ pub fn short_kernel_name(name: &str) -> String {
     }
 }
 
-fn clip(text: &str, max: usize) -> String {
+pub(crate) fn clip(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
         text.to_string()
     } else {
@@ -43,7 +43,7 @@ fn clip(text: &str, max: usize) -> String {
 }
 
 /// Keep the end of a value: the most specific part of a module path.
-fn clip_start(text: &str, max: usize) -> String {
+pub(crate) fn clip_start(text: &str, max: usize) -> String {
     let n = text.chars().count();
     if n <= max {
         text.to_string()
@@ -53,7 +53,7 @@ fn clip_start(text: &str, max: usize) -> String {
 }
 
 /// Columns: text ones (`left`) flush left, the rest flush right.
-fn print_columns(out: &mut impl Write, headers: &[&str], left: &[bool], rows: &[Vec<String>]) {
+pub(crate) fn print_columns(out: &mut impl Write, headers: &[&str], left: &[bool], rows: &[Vec<String>]) {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -89,7 +89,8 @@ fn ms(us: f64) -> String {
 }
 
 fn percent(fraction: f64) -> String {
-    format!("{:.1}%", fraction * 100.0)
+    // + 0.0: never "-0.0%"
+    format!("{:.1}%", fraction * 100.0 + 0.0)
 }
 
 fn spread_text(s: &Spread) -> String {
@@ -99,15 +100,17 @@ fn spread_text(s: &Spread) -> String {
     )
 }
 
-pub fn print_table(summary: &Summary, rows: &[Row]) {
+/// `note`: why the default key is not `module`, said after it.
+pub fn print_table(summary: &Summary, rows: &[Row], note: Option<&str>) {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let t = summary.totals();
     let traces = if t.traces == 1 { "1 trace".to_string() } else { format!("{} traces", t.traces) };
     let _ = writeln!(
         out,
-        "cgfast summary by args.{}: {traces}, {} graphed kernels in {} replays",
-        summary.by,
+        "cgfast summary by {}{}: {traces}, {} graphed kernels in {} replays",
+        cgfast_core::key_label(&summary.by),
+        note.map_or(String::new(), |n| format!(" ({n})")),
         thousands(t.kernels),
         thousands(t.replays)
     );
@@ -273,7 +276,7 @@ pub fn print_table(summary: &Summary, rows: &[Row]) {
     }
 }
 
-fn csv_field(text: &str) -> String {
+pub(crate) fn csv_field(text: &str) -> String {
     if text.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", text.replace('"', "\"\""))
     } else {

@@ -35,8 +35,9 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
-    /// Paths that name nothing to work on: a directory without traces, a pattern that
-    /// matches none.
+    /// Inputs that name nothing to work on (a directory without traces, a pattern that
+    /// matches none, a chart that is no `.svg` or `.html`), or that cannot be worked on
+    /// together (the two sides of a diff keyed differently, a side without replays).
     Inputs {
         /// What is wrong.
         message: String,

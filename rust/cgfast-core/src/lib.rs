@@ -12,7 +12,9 @@
 //! name the files a run touches.
 //!
 //! [`summarize_files`] says where the GPU time of graph replays goes, per value of an
-//! annotation key, as a [`Summary`] (with [`write_chart`] to draw it).
+//! annotation key, as a [`Summary`] (with [`write_chart`] to draw it); [`diff_files`]
+//! which values got slower or faster between two runs, as a [`Diff`] (with
+//! [`write_diff_chart`]).
 //!
 //! [`reference`](mod@reference) runs the reference's three passes on a trace whose events the caller
 //! holds (the Python bindings' dict API).
@@ -54,7 +56,14 @@ pub use options::{Lanes, Options, Recover, Spans, WriteMode};
 pub use pipeline::{annotate_file, Phase};
 pub use report::{Overlap, Recovery, Report};
 pub use summary::chart::write as write_chart;
-pub use summary::hierarchy::Hierarchy;
+pub use summary::diff::{
+    diff_files, Comparison, Diff, DiffOptions, DiffRow, KernelChange, Offender, SideInfo, SideStats,
+    TraceInfo, Verdict,
+};
+pub use summary::diff_chart::{check_chart, signed_pct, write as write_diff_chart};
+pub use summary::diff_stats::{Shift, CONFIDENCE as DIFF_CONFIDENCE};
+pub use summary::hierarchy::{Hierarchy, MODULE_KEY};
+pub use summary::key::{fallback_note as default_key_note, label as key_label, DefaultKey, KERNEL_KEY};
 pub use summary::time::Spread;
 pub use summary::{
     summarize_file, summarize_files, NameTotals, Replay, ReplayValue, Row, Summary, SummaryOptions, Totals,

@@ -1,16 +1,22 @@
 //! One native pass over a captured CUDA graph: what `cgfast.capture` records at capture
 //! end (every kernel/memcpy/memset node with its id, kernel name, launch shape and
-//! dependencies through any other node), without a Python call per node and query.
+//! dependencies through any other node), without a Python call per node and query; and
+//! the node count a module boundary reads.
 //!
-//! The driver and CUPTI functions come as addresses from Python (`ctypes` has already
-//! loaded them), so this module links nothing and works with whatever libcuda and
-//! libcupti the process uses, or with test fakes made of `ctypes` callbacks.
+//! The functions it calls are never taken from Python: `_resolve_graph_functions` looks
+//! them up itself (`dlsym`) in the driver and CUPTI libraries the process has already
+//! loaded (`RTLD_NOLOAD`: the copies `ctypes` loaded, never a second one) and hands back
+//! an opaque `_GraphFunctions`, which is all `_walk_graph` and `_graph_node_count` take.
+//! So this module links nothing, works with whatever libcuda and libcupti the process
+//! uses (or a stand-in library of the same C signatures), and no Python caller can make
+//! it call an arbitrary address. Only the graph handle comes from Python.
 
 use std::collections::HashMap;
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyModule;
 
 type Node = *mut c_void;
 type GetNodes = unsafe extern "C" fn(*mut c_void, *mut Node, *mut usize) -> c_int;
@@ -43,11 +49,111 @@ struct KernelNodeParams {
     ctx: *mut c_void,
 }
 
-/// The functions a walk calls, from their addresses (0: not available).
+/// A library this process had loaded, held open (one more reference) while its
+/// functions may be called.
+struct Library {
+    handle: *mut c_void,
+    name: String,
+}
+
+// SAFETY: a dlopen handle is process-wide; dlsym and dlclose may be called on any thread.
+unsafe impl Send for Library {}
+// SAFETY: as above; the handle is never written after dlopen.
+unsafe impl Sync for Library {}
+
+#[cfg(target_os = "linux")]
+mod dl {
+    use std::ffi::{c_char, c_int, c_void};
+
+    pub const RTLD_NOW: c_int = 2;
+    pub const RTLD_NOLOAD: c_int = 4;
+
+    extern "C" {
+        pub fn dlopen(filename: *const c_char, flags: c_int) -> *mut c_void;
+        pub fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+        pub fn dlclose(handle: *mut c_void) -> c_int;
+        pub fn dlerror() -> *mut c_char;
+    }
+}
+
+impl Library {
+    /// The already loaded library `name` (what `ctypes.CDLL(name)` loaded).
+    #[cfg(target_os = "linux")]
+    fn loaded(name: &str) -> PyResult<Self> {
+        let c_name =
+            CString::new(name).map_err(|_| PyValueError::new_err(format!("{name:?}: a NUL in the name")))?;
+        // SAFETY: RTLD_NOLOAD never loads (so runs no initialiser): it only finds a library
+        // that is already loaded and takes a reference to it.
+        let handle = unsafe { dl::dlopen(c_name.as_ptr(), dl::RTLD_NOW | dl::RTLD_NOLOAD) };
+        if handle.is_null() {
+            return Err(PyValueError::new_err(format!(
+                "{name} is not loaded in this process (the graph functions are looked up only in \
+                 libraries already loaded): {}",
+                last_dl_error()
+            )));
+        }
+        Ok(Library { handle, name: name.to_owned() })
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn loaded(name: &str) -> PyResult<Self> {
+        Err(PyValueError::new_err(format!("{name}: the native graph walk needs Linux")))
+    }
+
+    /// The address of `symbol`, or `None` when the library does not export it.
+    #[cfg(target_os = "linux")]
+    fn symbol(&self, symbol: &str) -> Option<usize> {
+        let c_symbol = CString::new(symbol).ok()?;
+        // SAFETY: a valid handle and a NUL-terminated name.
+        let address = unsafe { dl::dlsym(self.handle, c_symbol.as_ptr()) };
+        (!address.is_null()).then_some(address as usize)
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn symbol(&self, _symbol: &str) -> Option<usize> {
+        None
+    }
+
+    /// The first of `symbols` the library exports: its name and address.
+    fn first_of(&self, symbols: &[&'static str]) -> Option<(&'static str, usize)> {
+        symbols.iter().find_map(|&symbol| self.symbol(symbol).map(|address| (symbol, address)))
+    }
+
+    fn required(&self, symbols: &[&'static str]) -> PyResult<(&'static str, usize)> {
+        self.first_of(symbols).ok_or_else(|| {
+            PyValueError::new_err(format!("{} exports none of {}", self.name, symbols.join(", ")))
+        })
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn last_dl_error() -> String {
+    // SAFETY: dlerror returns NULL or a NUL-terminated message owned by libc.
+    let message = unsafe { dl::dlerror() };
+    if message.is_null() {
+        return "no error message".to_owned();
+    }
+    // SAFETY: not NULL, NUL-terminated.
+    unsafe { CStr::from_ptr(message) }.to_string_lossy().into_owned()
+}
+
+impl Drop for Library {
+    fn drop(&mut self) {
+        #[cfg(target_os = "linux")]
+        // SAFETY: the handle came from dlopen and is closed once; the library stays loaded
+        // while ctypes (or anything else) holds it.
+        unsafe {
+            dl::dlclose(self.handle);
+        }
+    }
+}
+
+/// The functions a walk calls, each resolved by this module in a loaded library.
 struct Functions {
     get_nodes: GetNodes,
     node_type: NodeType,
-    node_id: NodeId,
+    /// cuptiGetGraphNodeId (None: resolved without libcupti, node counts only)
+    node_id: Option<NodeId>,
     dependencies: usize,
     dependencies_have_edges: bool,
     /// cuGraphGetEdges(_v2): every edge of a graph in one call (0: ask node by node)
@@ -58,42 +164,77 @@ struct Functions {
     kernel_name: Option<FunctionName>,
 }
 
-fn required(address: usize, what: &str) -> PyResult<usize> {
-    if address == 0 {
-        return Err(PyValueError::new_err(format!("walk_graph: no address for {what}")));
-    }
-    Ok(address)
-}
-
 impl Functions {
-    fn from_addresses(addresses: &HashMap<String, usize>) -> PyResult<Self> {
-        let get = |name: &str| addresses.get(name).copied().unwrap_or(0);
-        // SAFETY: the caller passes the addresses of functions with these C signatures
-        // (cuGraphGetNodes, cuGraphNodeGetType, cuptiGetGraphNodeId, ...).
+    fn resolve(libcuda: &Library, libcupti: Option<&Library>) -> PyResult<Self> {
+        let (_, get_nodes) = libcuda.required(&["cuGraphGetNodes"])?;
+        let (_, node_type) = libcuda.required(&["cuGraphNodeGetType"])?;
+        let (dependencies_name, dependencies) =
+            libcuda.required(&["cuGraphNodeGetDependencies_v2", "cuGraphNodeGetDependencies"])?;
+        let edges = libcuda.first_of(&["cuGraphGetEdges_v2", "cuGraphGetEdges"]);
+        let (_, kernel_params) = libcuda.required(&["cuGraphKernelNodeGetParams_v2"])?;
+        let node_id = match libcupti {
+            Some(library) => Some(library.required(&["cuptiGetGraphNodeId"])?.1),
+            None => None,
+        };
+        let function_name = libcuda.symbol("cuFuncGetName");
+        let kernel_name = libcuda.symbol("cuKernelGetName");
+        // SAFETY: each address is the symbol of that name in the driver (or CUPTI), whose
+        // C signature (as cuda.h and cupti.h declare it, by the versioned name found) is
+        // the type it becomes here.
         unsafe {
             Ok(Functions {
-                get_nodes: std::mem::transmute::<usize, GetNodes>(required(get("get_nodes"), "get_nodes")?),
-                node_type: std::mem::transmute::<usize, NodeType>(required(get("node_type"), "node_type")?),
-                node_id: std::mem::transmute::<usize, NodeId>(required(get("node_id"), "node_id")?),
-                dependencies: required(get("dependencies"), "dependencies")?,
-                dependencies_have_edges: get("dependencies_have_edges") != 0,
-                edges: get("edges"),
-                edges_have_data: get("edges_have_data") != 0,
-                kernel_params: std::mem::transmute::<usize, KernelParams>(required(
-                    get("kernel_params"),
-                    "kernel_params",
-                )?),
-                function_name: match get("function_name") {
-                    0 => None,
-                    address => Some(std::mem::transmute::<usize, FunctionName>(address)),
-                },
-                kernel_name: match get("kernel_name") {
-                    0 => None,
-                    address => Some(std::mem::transmute::<usize, FunctionName>(address)),
-                },
+                get_nodes: std::mem::transmute::<usize, GetNodes>(get_nodes),
+                node_type: std::mem::transmute::<usize, NodeType>(node_type),
+                node_id: node_id.map(|address| std::mem::transmute::<usize, NodeId>(address)),
+                dependencies,
+                dependencies_have_edges: dependencies_name.ends_with("_v2"),
+                edges: edges.map_or(0, |(_, address)| address),
+                edges_have_data: edges.is_some_and(|(name, _)| name.ends_with("_v2")),
+                kernel_params: std::mem::transmute::<usize, KernelParams>(kernel_params),
+                function_name: function_name
+                    .map(|address| std::mem::transmute::<usize, FunctionName>(address)),
+                kernel_name: kernel_name.map(|address| std::mem::transmute::<usize, FunctionName>(address)),
             })
         }
     }
+}
+
+/// Driver (and CUPTI) functions this module resolved itself in libraries the process
+/// had loaded; what `_walk_graph` and `_graph_node_count` call. Made only by
+/// `_resolve_graph_functions`.
+#[pyclass(frozen, name = "_GraphFunctions", module = "cgfast._cgfast")]
+pub struct GraphFunctions {
+    functions: Functions,
+    /// the libraries the functions live in, held open as long as this object
+    _libraries: Vec<Library>,
+    description: String,
+}
+
+#[pymethods]
+impl GraphFunctions {
+    fn __repr__(&self) -> String {
+        format!("<cgfast graph functions of {}>", self.description)
+    }
+}
+
+/// Look up the graph functions the walk and the node count call in `libcuda` (the CUDA
+/// driver, or a stand-in exporting its functions) and, for node ids, `libcupti`: both
+/// named as they were loaded (`ctypes.CDLL(name)`) and already loaded in this process,
+/// never loaded here. Raises `ValueError` when a library is not loaded or lacks a
+/// function the walk needs.
+#[pyfunction]
+#[pyo3(name = "_resolve_graph_functions", signature = (libcuda, libcupti = None))]
+pub fn resolve_graph_functions(libcuda: &str, libcupti: Option<&str>) -> PyResult<GraphFunctions> {
+    let cuda = Library::loaded(libcuda)?;
+    let cupti = libcupti.map(Library::loaded).transpose()?;
+    let functions = Functions::resolve(&cuda, cupti.as_ref())?;
+    let description = match &cupti {
+        Some(cupti) => format!("{} and {}", cuda.name, cupti.name),
+        None => cuda.name.clone(),
+    };
+    let mut libraries = vec![cuda];
+    libraries.extend(cupti);
+    Ok(GraphFunctions { functions, _libraries: libraries, description })
 }
 
 fn check(call: &str, code: c_int) -> PyResult<()> {
@@ -103,15 +244,15 @@ fn check(call: &str, code: c_int) -> PyResult<()> {
     Ok(())
 }
 
-struct Walk {
-    functions: Functions,
+struct Walk<'a> {
+    functions: &'a Functions,
     /// function or kernel handle -> its name, read once per walk
     names: HashMap<(bool, usize), Option<String>>,
     /// node -> its dependencies, from one cuGraphGetEdges call where the driver has it
     dependencies: Option<HashMap<usize, Vec<Node>>>,
 }
 
-impl Walk {
+impl Walk<'_> {
     fn nodes(&self, graph: *mut c_void) -> PyResult<Vec<Node>> {
         let mut count = 0usize;
         // SAFETY: a null array asks only for the count.
@@ -135,10 +276,10 @@ impl Walk {
         Ok(kind)
     }
 
-    fn node_id(&self, node: Node) -> PyResult<u64> {
+    fn node_id(&self, node_id: NodeId, node: Node) -> PyResult<u64> {
         let mut id = 0u64;
         // SAFETY: one out-parameter.
-        check("cuptiGetGraphNodeId", unsafe { (self.functions.node_id)(node, &mut id) })?;
+        check("cuptiGetGraphNodeId", unsafe { node_id(node, &mut id) })?;
         Ok(id)
     }
 
@@ -257,19 +398,28 @@ type Launch = (Option<String>, [c_uint; 3], [c_uint; 3]);
 /// annotatable nodes, grid, block); name, grid and block are `None` except for kernels.
 type Entry = (u64, c_int, Option<String>, Vec<u32>, Option<[c_uint; 3]>, Option<[c_uint; 3]>);
 
-/// Walk `graph` once. `functions` maps `get_nodes`, `node_type`, `node_id`
-/// (cuptiGetGraphNodeId), `dependencies` (+ `dependencies_have_edges`: 1 for the `_v2`
-/// signature), optionally `edges` (cuGraphGetEdges; + `edges_have_data`: 1 for `_v2`: then
-/// the dependencies come from one edge list instead of a call per node), `kernel_params` (cuGraphKernelNodeGetParams_v2) and, optionally,
-/// `function_name` / `kernel_name` (cuFuncGetName / cuKernelGetName) to addresses.
-/// Returns `(node_count, entries, child_graphs)`: the entries of the kernel, memcpy and
-/// memset nodes in local-id order, each one's dependencies looked up through every other
+/// Walk `graph` (a `cudaGraph_t`) once with `functions`, which must have been resolved
+/// with libcupti (for node ids). Returns `(node_count, entries, child_graphs)`: the
+/// entries of the kernel, memcpy and memset nodes in local-id order, as `(node id, node
+/// type, kernel name, dependencies as local ids, grid, block)` (name, grid and block
+/// `None` except for kernels), each one's dependencies looked up through every other
 /// node, and how many child-graph nodes the graph has (their bodies are not walked here:
-/// where there are any, the caller walks the graph itself).
+/// where there are any, the entries are left empty and the caller walks the graph
+/// itself). Dependencies come from one edge list where the driver has cuGraphGetEdges.
 #[pyfunction]
-pub fn walk_graph(functions: HashMap<String, usize>, graph: usize) -> PyResult<(usize, Vec<Entry>, usize)> {
-    let mut walk =
-        Walk { functions: Functions::from_addresses(&functions)?, names: HashMap::new(), dependencies: None };
+#[pyo3(name = "_walk_graph")]
+pub fn walk_graph(
+    functions: &Bound<'_, GraphFunctions>,
+    graph: usize,
+) -> PyResult<(usize, Vec<Entry>, usize)> {
+    let resolved = functions.get();
+    let Some(node_id) = resolved.functions.node_id else {
+        return Err(PyValueError::new_err(format!(
+            "_walk_graph: the functions of {} were resolved without libcupti: no node ids",
+            resolved.description
+        )));
+    };
+    let mut walk = Walk { functions: &resolved.functions, names: HashMap::new(), dependencies: None };
     let nodes = walk.nodes(graph as *mut c_void)?;
     let mut annotatable: HashMap<usize, (u32, c_int, u64)> = HashMap::new(); // node -> local id, type, id
     let mut child_graphs = 0;
@@ -280,7 +430,7 @@ pub fn walk_graph(functions: HashMap<String, usize>, graph: usize) -> PyResult<(
             continue;
         }
         if matches!(kind, KERNEL | MEMCPY | MEMSET) {
-            let id = walk.node_id(node)?;
+            let id = walk.node_id(node_id, node)?;
             annotatable.insert(node as usize, ((id & 0xFFFF_FFFF) as u32, kind, id));
         }
     }
@@ -357,20 +507,28 @@ impl Collapser<'_> {
     }
 }
 
-/// `cuGraphGetNodes(graph, NULL, &count)` through the function at `get_nodes`: the node
-/// count a module boundary reads, without ctypes' per-call cost.
+/// `cuGraphGetNodes(graph, NULL, &count)` with `functions` (from
+/// `_resolve_graph_functions`): the node count a module boundary reads, without ctypes'
+/// per-call cost.
 #[pyfunction]
-pub fn graph_node_count(get_nodes: usize, graph: usize) -> PyResult<usize> {
-    let get_nodes = required(get_nodes, "get_nodes")?;
+#[pyo3(name = "_graph_node_count")]
+pub fn graph_node_count(functions: &Bound<'_, GraphFunctions>, graph: usize) -> PyResult<usize> {
     let mut count = 0usize;
-    // SAFETY: the caller passes cuGraphGetNodes' address; a null array asks only for the count.
+    // SAFETY: cuGraphGetNodes as resolved; a null array asks only for the count.
     let code = unsafe {
-        std::mem::transmute::<usize, GetNodes>(get_nodes)(
-            graph as *mut c_void,
-            std::ptr::null_mut(),
-            &mut count,
-        )
+        (functions.get().functions.get_nodes)(graph as *mut c_void, std::ptr::null_mut(), &mut count)
     };
     check("cuGraphGetNodes", code)?;
     Ok(count)
+}
+
+/// Put the graph functions into the module without listing them in `__all__`: they are
+/// `cgfast.capture`'s, not the package's API.
+pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = module.py();
+    module.setattr("_GraphFunctions", py.get_type::<GraphFunctions>())?;
+    module.setattr("_resolve_graph_functions", wrap_pyfunction!(resolve_graph_functions, module)?)?;
+    module.setattr("_walk_graph", wrap_pyfunction!(walk_graph, module)?)?;
+    module.setattr("_graph_node_count", wrap_pyfunction!(graph_node_count, module)?)?;
+    Ok(())
 }

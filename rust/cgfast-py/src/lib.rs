@@ -2,11 +2,12 @@
 
 mod convert;
 mod dict_passes;
+mod diff_api;
 mod file_api;
 mod graph_walk;
 mod summary_api;
 
-use cgfast_core::{Options, SummaryOptions};
+use cgfast_core::{DiffOptions, Options, SummaryOptions};
 use pyo3::prelude::*;
 
 pyo3::create_exception!(
@@ -38,14 +39,15 @@ fn _cgfast(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(file_api::run_cli, m)?)?;
     m.add_function(wrap_pyfunction!(summary_api::summary_report, m)?)?;
     m.add_function(wrap_pyfunction!(summary_api::find_traces, m)?)?;
+    m.add_function(wrap_pyfunction!(diff_api::diff_report, m)?)?;
     m.add("DEFAULTS", defaults(m.py())?)?;
-    m.add_function(wrap_pyfunction!(graph_walk::walk_graph, m)?)?;
-    m.add_function(wrap_pyfunction!(graph_walk::graph_node_count, m)?)?;
+    graph_walk::register(m)?;
     Ok(())
 }
 
-/// The core's defaults of the options of `annotate_file`, the dict passes and
-/// `summary_report`: the package's signatures take theirs from here.
+/// The core's defaults of the options of `annotate_file`, the dict passes,
+/// `summary_report` and `diff`: the package's signatures take theirs from here (`by`
+/// has none: left out, the traces' first default key).
 fn defaults(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::PyDict>> {
     let annotate = Options::default();
     let summary = SummaryOptions::default();
@@ -58,9 +60,13 @@ fn defaults(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::PyDict>> {
     defaults.set_item("topology_only", annotate.topology_only)?;
     defaults.set_item("spans", annotate.spans.key())?;
     defaults.set_item("lanes", annotate.lanes.name())?;
-    defaults.set_item("by", summary.by)?;
     defaults.set_item("steps", summary.steps)?;
     defaults.set_item("top", summary.top)?;
     defaults.set_item("group_layers", summary.hierarchy.group_layers)?;
+    // percentages, as the command line and `cgfast.diff` take them
+    let diff = DiffOptions::default();
+    defaults.set_item("threshold", diff.threshold * 100.0)?;
+    defaults.set_item("min_share", diff.min_share * 100.0)?;
+    defaults.set_item("per_rank", diff.per_rank)?;
     Ok(defaults)
 }

@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 
 use cgfast_core::{
-    find_traces as find, summarize_files, write_chart, Hierarchy, Silent, SummaryOptions, Wanted,
+    find_traces as find, summarize_files, write_chart, DefaultKey, Hierarchy, Silent, SummaryOptions, Wanted,
+    MODULE_KEY,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -14,7 +15,7 @@ use crate::file_api::{interruptible, path_of, py_error, PyCancelToken};
 use crate::TraceError;
 
 /// One path, or an iterable of them.
-fn paths_of(obj: &Bound<'_, PyAny>) -> PyResult<Vec<PathBuf>> {
+pub(crate) fn paths_of(obj: &Bound<'_, PyAny>) -> PyResult<Vec<PathBuf>> {
     if let Some(one) = path_of(obj).ok().flatten() {
         return Ok(vec![one]);
     }
@@ -47,16 +48,16 @@ pub fn find_traces<'py>(
 
 /// The summary report of annotated traces as a dict (what `cgfast summary --format
 /// json` prints), plus `replay_rows` with `steps`, as `cgfast.summary_report` says
-/// (every option given: it fills in the core's defaults); the run stops when `cancel`
-/// (or Ctrl-C on the main thread) asks. Raises `TraceError` naming every trace that
-/// cannot be read.
+/// (every option given: it fills in the core's defaults; `by` None: `module` where the
+/// traces carry it, else `name`, else `kernel`); the run stops when `cancel` (or Ctrl-C
+/// on the main thread) asks. Raises `TraceError` naming every trace that cannot be read.
 #[pyfunction]
 #[pyo3(signature = (paths, *, by, steps, top, jobs, chart, depth, group_layers, hierarchy, cancel))]
 #[allow(clippy::too_many_arguments)]
 pub fn summary_report<'py>(
     py: Python<'py>,
     paths: &Bound<'py, PyAny>,
-    by: &str,
+    by: Option<&str>,
     steps: bool,
     top: usize,
     jobs: usize,
@@ -66,7 +67,7 @@ pub fn summary_report<'py>(
     hierarchy: Option<bool>,
     cancel: Option<&Bound<'py, PyCancelToken>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    if by.is_empty() {
+    if by == Some("") {
         return Err(PyValueError::new_err("by must be a key of args, such as 'name' or 'module'"));
     }
     if depth == Some(0) {
@@ -77,13 +78,15 @@ pub fn summary_report<'py>(
             "hierarchy draws the hierarchy in a chart: give chart='out.html' (or .svg)",
         ));
     }
+    let default_key = by.is_none().then_some(DefaultKey { tree: hierarchy });
+    let by = by.unwrap_or(MODULE_KEY);
     let hierarchy = Hierarchy::new(by, depth, group_layers, hierarchy);
     let paths = paths_of(paths)?;
     let chart = match chart {
         Some(c) => path_of(c)?,
         None => None,
     };
-    let options = SummaryOptions { by: by.to_string(), steps, top, hierarchy };
+    let options = SummaryOptions { by: by.to_string(), steps, top, hierarchy, default_key };
     let cancel = crate::file_api::token_of(cancel);
     let (report, raised) = interruptible(py, &cancel, || {
         let traces = find(&paths, Wanted::Annotated).map_err(py_error)?;

@@ -34,13 +34,19 @@ pub fn find_annotations(trace: &Path, how_to_name: &str) -> Result<PathBuf, Erro
     })
 }
 
+/// The rank a trace's file name starts with (`000001.host_7.pt.trace.json.gz`: 1), as
+/// `trace_handler` and `tensorboard_trace_handler` name them.
+pub(crate) fn rank_of_name(trace: &Path) -> Option<u64> {
+    let name = trace.file_name()?.to_string_lossy().into_owned();
+    let digits: String = name.chars().take_while(|c| c.is_ascii_digit()).collect();
+    digits.parse().ok()
+}
+
 /// For `traces/step_N/RANK.<id>.pt.trace.json.gz`, the first of
 /// `traces/kernel_annotations_rank{RANK}_*.{json,json.gz,pkl}` (then the same names
 /// beside the trace itself), JSON before pickles.
 pub(crate) fn discover_annotations(trace: &Path) -> Option<PathBuf> {
-    let name = trace.file_name()?.to_string_lossy().into_owned();
-    let digits: String = name.chars().take_while(|c| c.is_ascii_digit()).collect();
-    let rank: u64 = digits.parse().ok()?;
+    let rank = rank_of_name(trace)?;
     let prefix = format!("kernel_annotations_rank{rank}_");
     let dir = trace.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let dirs = [dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")), dir];

@@ -236,11 +236,16 @@ mod tests {
         Some((profiler, driver))
     }
 
+    /// A bundled trace's folder (`examples/` also holds scripts, and their `__pycache__`).
+    fn is_example_dir(entry: &std::fs::DirEntry) -> bool {
+        entry.path().is_dir() && !entry.file_name().to_string_lossy().starts_with(['_', '.'])
+    }
+
     #[test]
     fn every_driver_name_of_the_examples_meets_a_profiler_name() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
         let mut checked = 0;
-        for dir in std::fs::read_dir(&root).unwrap().flatten() {
+        for dir in std::fs::read_dir(&root).unwrap().flatten().filter(is_example_dir) {
             let (profiler, driver) =
                 example_names(&dir.path()).expect("an example with a trace and annotations");
             let mut keys = NameKeys::default();

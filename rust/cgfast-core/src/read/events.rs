@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use crate::json::{Cursor, Scan};
+use crate::json::{Cursor, Scan, StrSpan};
 use crate::read::grammar::{Grammar, ScanFailure, Visit};
 use crate::read::input::Window;
 use crate::CancelToken;
@@ -14,22 +14,26 @@ use crate::CancelToken;
 /// element. When the window ends inside an element `visit` returns
 /// [`ScanError::Incomplete`](crate::json::ScanError::Incomplete) and is called again on
 /// the same element with more input, so it must change nothing before the element is
-/// fully read. `progress(file_bytes_read, file_len)` is called per chunk; reading fails
-/// once `cancel` is cancelled. Returns the element count.
-pub(crate) fn for_each_event(
+/// fully read. `member(c, key)` is called at the value of every other top-level member
+/// (`distributedInfo`, ...), under the same rule. `progress(file_bytes_read, file_len)`
+/// is called per chunk; reading fails once `cancel` is cancelled. Returns the element
+/// count.
+pub(crate) fn for_each_event_and_member(
     path: &Path,
     cancel: &CancelToken,
     progress: &mut dyn FnMut(u64, u64),
     visit: &mut dyn FnMut(&mut Cursor<'_>) -> Scan<()>,
+    member: &mut dyn FnMut(&mut Cursor<'_>, StrSpan) -> Scan<()>,
 ) -> Result<u64, ScanFailure> {
-    let mut counted = Counted { visit, elements: 0 };
+    let mut counted = Counted { visit, member, elements: 0 };
     Grammar::at_start().walk(&mut Window::open(path, cancel)?, &mut counted, progress)?;
     Ok(counted.elements)
 }
 
-/// Each element to the caller's `visit`, counted.
+/// Each element to the caller's `visit`, counted; other members to `member`.
 struct Counted<'v> {
     visit: &'v mut dyn FnMut(&mut Cursor<'_>) -> Scan<()>,
+    member: &'v mut dyn FnMut(&mut Cursor<'_>, StrSpan) -> Scan<()>,
     elements: u64,
 }
 
@@ -43,6 +47,10 @@ impl Visit for Counted<'_> {
     fn close(&mut self, _at: u64) -> bool {
         true
     }
+
+    fn member(&mut self, c: &mut Cursor<'_>, key: StrSpan) -> Scan<()> {
+        (self.member)(c, key)
+    }
 }
 
 #[cfg(test)]
@@ -54,11 +62,14 @@ mod tests {
         let path = dir.path().join("t.json");
         std::fs::write(&path, text).unwrap();
         let mut seen = Vec::new();
-        for_each_event(&path, &CancelToken::new(), &mut |_, _| {}, &mut |c| {
+        let mut visit = |c: &mut Cursor<'_>| {
             let start = c.pos;
             c.skip_value()?;
             seen.push(String::from_utf8_lossy(&c.buf[start..c.pos]).into_owned());
             Ok(())
+        };
+        for_each_event_and_member(&path, &CancelToken::new(), &mut |_, _| {}, &mut visit, &mut |c, _| {
+            c.skip_value()
         })
         .map_err(|f| f.error(&path).to_string())?;
         Ok(seen)

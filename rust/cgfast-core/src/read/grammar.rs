@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use crate::json::{str_is, Cursor, InvalidUtf8, Scan, ScanError};
+use crate::json::{str_is, Cursor, InvalidUtf8, Scan, ScanError, StrSpan};
 use crate::read::input::Window;
 use crate::Error;
 
@@ -57,6 +57,13 @@ pub(crate) trait Visit {
     /// The `]` closing `traceEvents`, at `at` in the input: `true` to walk on past it,
     /// `false` to stop the walk before it.
     fn close(&mut self, at: u64) -> bool;
+
+    /// The value of a top-level member other than `traceEvents` (named `key`), at
+    /// `c.pos`: consume it, changing nothing before it is fully read (as
+    /// [`element`](Visit::element)). Skipped unless a reader wants it.
+    fn member(&mut self, c: &mut Cursor<'_>, _key: StrSpan) -> Scan<()> {
+        c.skip_value()
+    }
 }
 
 /// Where a walk is in the grammar.
@@ -174,7 +181,7 @@ impl Grammar {
                     self.saw_events = true;
                     self.state = State::EventsOpen;
                 } else {
-                    c.skip_value()?;
+                    visit.member(c, k)?;
                     self.state = State::AfterMember;
                 }
             }

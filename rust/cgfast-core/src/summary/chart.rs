@@ -89,7 +89,7 @@ fn rest_note(rest: &[Row]) -> Option<String> {
 fn headline(summary: &Summary) -> (String, String) {
     let t = summary.totals();
     let count = |n: u64, what: &str| if n == 1 { format!("1 {what}") } else { format!("{n} {what}s") };
-    let title = format!("GPU time of graph replays by args.{}", summary.by);
+    let title = format!("GPU time of graph replays by {}", super::key::label(&summary.by));
     let subtitle = format!(
         "{}, {} in {}; busy {} (overlaps counted once); {:.1}% annotated",
         count(t.traces, "trace"),
@@ -231,8 +231,9 @@ pub fn write(path: &Path, summary: &Summary, rows: &[Row]) -> Result<(), Error> 
         "svg" => svg(summary, rows),
         "html" | "htm" => html(summary, rows),
         _ => {
-            let problem = format!("must be a .svg or .html file, not {}", path.display());
-            return Err(Error::BadOption { option: "chart", problem });
+            return Err(Error::Inputs {
+                message: format!("{}: the chart must be a .svg or .html file", path.display()),
+            })
         }
     };
     std::fs::write(path, text).map_err(|e| Error::write(path, e))

@@ -23,7 +23,7 @@ pub struct Hierarchy {
 pub(crate) const ANY_LAYER: &str = "*";
 
 /// The key whose values are module paths: its chart draws their tree unless told not to.
-pub(crate) const MODULE_KEY: &str = "module";
+pub const MODULE_KEY: &str = "module";
 
 impl Hierarchy {
     /// Values of `by` rolled up to `depth` segments (and numbered siblings merged with

@@ -34,7 +34,7 @@ const PALETTE: [(u8, u8, u8); 9] = [
     (0x9c, 0x75, 0x5f),
 ];
 
-fn hex(c: (u8, u8, u8)) -> String {
+pub(super) fn hex(c: (u8, u8, u8)) -> String {
     format!("#{:02x}{:02x}{:02x}", c.0, c.1, c.2)
 }
 
@@ -44,12 +44,12 @@ fn parse_hex(text: &str) -> (u8, u8, u8) {
 }
 
 /// `c` mixed with white: `amount` 0 keeps it, 1 is white.
-fn tint(c: (u8, u8, u8), amount: f64) -> (u8, u8, u8) {
+pub(super) fn tint(c: (u8, u8, u8), amount: f64) -> (u8, u8, u8) {
     let mix = |x: u8| (x as f64 + (255.0 - x as f64) * amount).round() as u8;
     (mix(c.0), mix(c.1), mix(c.2))
 }
 
-fn text_color(c: (u8, u8, u8)) -> &'static str {
+pub(super) fn text_color(c: (u8, u8, u8)) -> &'static str {
     let luminance = (0.299 * c.0 as f64 + 0.587 * c.1 as f64 + 0.114 * c.2 as f64) / 255.0;
     if luminance < 0.6 {
         "#ffffff"
@@ -60,7 +60,7 @@ fn text_color(c: (u8, u8, u8)) -> &'static str {
 
 /// The first label of `choices` that fits `width` px, or (with `cut`) the first one
 /// cut short.
-fn fit(choices: &[String], width: f64, cut: bool) -> Option<String> {
+pub(super) fn fit(choices: &[String], width: f64, cut: bool) -> Option<String> {
     if width < MIN_LABEL_W {
         return None;
     }
@@ -206,7 +206,7 @@ pub(crate) fn svg(summary: &Summary, rows: &[Row]) -> (String, u32) {
 <text x="16" y="30" font-size="19" font-weight="bold" fill="#222">{}</text>
 <text x="16" y="54" font-size="13" fill="#555">{}</text>
 "##,
-        escape(&format!("The args.{} hierarchy", summary.by)),
+        escape(&format!("The {} hierarchy", super::key::label(&summary.by))),
         escape(&notes.join("; "))
     );
     if root.total_us > 0.0 {

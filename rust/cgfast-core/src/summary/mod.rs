@@ -16,8 +16,13 @@
 //! vocabulary, which the files beside this one share.)
 
 pub(crate) mod chart;
+pub(crate) mod diff;
+pub(crate) mod diff_chart;
+pub(crate) mod diff_json;
+pub(crate) mod diff_stats;
 pub(crate) mod hierarchy;
 pub(crate) mod icicle;
+pub(crate) mod key;
 pub(crate) mod read;
 pub(crate) mod time;
 
@@ -44,11 +49,20 @@ pub struct SummaryOptions {
     pub top: usize,
     /// Values rolled up as module paths, and the chart's tree.
     pub hierarchy: Hierarchy,
+    /// No key asked for: `by` is the first of [`key::DEFAULT_KEYS`] the traces carry,
+    /// and the hierarchy's tree is drawn as this says.
+    pub default_key: Option<key::DefaultKey>,
 }
 
 impl Default for SummaryOptions {
     fn default() -> Self {
-        SummaryOptions { by: "name".into(), steps: false, top: 3, hierarchy: Hierarchy::default() }
+        SummaryOptions {
+            by: "name".into(),
+            steps: false,
+            top: 3,
+            hierarchy: Hierarchy::default(),
+            default_key: None,
+        }
     }
 }
 
@@ -422,8 +436,10 @@ impl Summary {
             busy_us: us_i(busy),
             unannotated_kernels: unannotated.map_or(0, |u| u.kernels),
             unannotated_us: unannotated.map_or(0.0, |u| us(u.attributed_ns)),
+            // + 0.0: a sum of no floats is -0.0, which would print as "-0.0%"
             coverage: ratio(
-                self.values.iter().filter(|(v, _)| v.is_some()).map(|(_, t)| t.attributed_ns).sum(),
+                self.values.iter().filter(|(v, _)| v.is_some()).map(|(_, t)| t.attributed_ns).sum::<f64>()
+                    + 0.0,
                 busy as f64,
             )
             .min(1.0),
@@ -643,9 +659,19 @@ pub fn summarize_file(
     cancel: &CancelToken,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Summary, Error> {
-    let mut kernels = read::read(path, &options.by, cancel, progress)?;
+    let Some(default) = options.default_key else {
+        let (mut kernels, _) = key::read_keyed(path, Some(&options.by), cancel, progress)?;
+        options.hierarchy.apply(&mut kernels);
+        return Ok(Summary::of_trace(path, &kernels, options));
+    };
+    let (mut kernels, by) = key::read_keyed(path, None, cancel, progress)?;
+    let options = SummaryOptions {
+        by: by.to_string(),
+        hierarchy: key::hierarchy_for(by, options.hierarchy, default),
+        ..options.clone()
+    };
     options.hierarchy.apply(&mut kernels);
-    Ok(Summary::of_trace(path, &kernels, options))
+    Ok(Summary::of_trace(path, &kernels, &options))
 }
 
 /// Summarise `paths` on `jobs` threads (0: one per core): the merged summary of those
@@ -677,6 +703,21 @@ pub fn summarize_files(
         hierarchy: options.hierarchy,
         ..Summary::default()
     };
+    let mut results = results;
+    if let Some(default) = options.default_key {
+        // The first default key any trace carries; the others' kernels lack it.
+        let read = || results.iter().filter_map(|r| r.as_ref()?.as_ref().ok());
+        if let Some(by) = read().map(|s| s.by.clone()).min_by_key(|by| key::rank_of_key(by)) {
+            summary.by = by.clone();
+            summary.hierarchy = key::hierarchy_for(&by, options.hierarchy, default);
+            for s in results.iter_mut().filter_map(|r| r.as_mut()?.as_mut().ok()) {
+                if s.by != by {
+                    *s = Summary { by: by.clone(), hierarchy: summary.hierarchy, ..std::mem::take(s) }
+                        .without_values();
+                }
+            }
+        }
+    }
     let mut failures = Vec::new();
     for (path, result) in paths.iter().zip(results) {
         match result {

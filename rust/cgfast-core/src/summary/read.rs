@@ -6,7 +6,7 @@ use std::path::Path;
 use crate::index::keys::{Num, Strings};
 use crate::index::Cat;
 use crate::json::{text_of, Cursor, Scalar, Scan, StrSpan};
-use crate::read::events::for_each_event;
+use crate::read::events::for_each_event_and_member;
 use crate::{CancelToken, Error};
 
 use super::time::micros_to_nanos;
@@ -27,6 +27,10 @@ pub(crate) struct Kernel {
     pub(crate) value: u32,
     /// Its `name`, by id in [`Kernels::names`].
     pub(crate) name: u32,
+    /// `args[FALLBACK]` by id in [`Kernels::fallback_values`] (see [`read_keys`]).
+    pub(crate) fallback: u32,
+    /// The executable graph of its node (`graph node id >> 32`; 0 where it is no integer).
+    pub(crate) graph: u64,
 }
 
 /// What a read of one trace keeps.
@@ -34,6 +38,7 @@ pub(crate) struct Kernel {
 pub(crate) struct Kernels {
     pub(crate) kernels: Vec<Kernel>,
     pub(crate) values: Strings,
+    pub(crate) fallback_values: Strings,
     pub(crate) names: Strings,
     pub(crate) devices: Strings,
     pub(crate) events: u64,
@@ -52,6 +57,8 @@ pub(crate) struct Kernels {
     pub(crate) ambiguous: (u64, i64),
     /// The same for unmatched replays.
     pub(crate) unmatched: (u64, i64),
+    /// The trace's `distributedInfo.rank`, where it has one.
+    pub(crate) rank: Option<u64>,
 }
 
 #[derive(Default)]
@@ -65,6 +72,7 @@ struct Fields {
     graph_id: Option<Scalar>,
     correlation: Option<Scalar>,
     value: Option<Scalar>,
+    fallback: Option<Scalar>,
     marker: Option<Scalar>,
 }
 
@@ -80,7 +88,7 @@ fn key_bytes(buf: &[u8], key: StrSpan) -> std::borrow::Cow<'_, [u8]> {
     }
 }
 
-fn read_fields(c: &mut Cursor<'_>, by: &[u8]) -> Scan<Fields> {
+fn read_fields(c: &mut Cursor<'_>, by: &[u8], fallback: Option<&[u8]>) -> Scan<Fields> {
     let mut f = Fields::default();
     c.object(|c, key| {
         let buf = c.buf;
@@ -92,10 +100,12 @@ fn read_fields(c: &mut Cursor<'_>, by: &[u8]) -> Scan<Fields> {
             b"dur" => &mut f.dur,
             b"args" if c.peek()? == b'{' => {
                 // A later `args` replaces an earlier one, as a JSON parser would have it.
-                (f.node, f.graph_id, f.correlation, f.value, f.marker) = (None, None, None, None, None);
+                (f.node, f.graph_id, f.correlation, f.value, f.fallback, f.marker) =
+                    (None, None, None, None, None, None);
                 return c.object(|c, key| {
                     let buf = c.buf;
                     let by_key = key_is(buf, key, by);
+                    let fallback_key = fallback.is_some_and(|f| key_is(buf, key, f));
                     let slot = if key_is(buf, key, b"graph node id") {
                         Some(&mut f.node)
                     } else if key_is(buf, key, b"correlation") {
@@ -107,12 +117,15 @@ fn read_fields(c: &mut Cursor<'_>, by: &[u8]) -> Scan<Fields> {
                     } else {
                         None
                     };
-                    if slot.is_none() && !by_key {
+                    if slot.is_none() && !by_key && !fallback_key {
                         return c.skip_value();
                     }
                     let v = c.scalar()?;
                     if by_key {
                         f.value = Some(v);
+                    }
+                    if fallback_key {
+                        f.fallback = Some(v);
                     }
                     if let Some(slot) = slot {
                         *slot = Some(v);
@@ -121,7 +134,8 @@ fn read_fields(c: &mut Cursor<'_>, by: &[u8]) -> Scan<Fields> {
                 });
             }
             b"args" => {
-                (f.node, f.graph_id, f.correlation, f.value, f.marker) = (None, None, None, None, None);
+                (f.node, f.graph_id, f.correlation, f.value, f.fallback, f.marker) =
+                    (None, None, None, None, None, None);
                 return c.skip_value();
             }
             _ => return c.skip_value(),
@@ -174,7 +188,8 @@ impl Kernels {
         }
         let ts = number(buf, f.ts).and_then(micros_to_nanos);
         let dur = number(buf, f.dur).and_then(micros_to_nanos);
-        if !crate::read::decode::node_of(buf, f.node, f.graph_id).graphed() {
+        let node = crate::read::decode::node_of(buf, f.node, f.graph_id);
+        if !node.graphed() {
             self.ungraphed += 1;
             self.ungraphed_ns += dur.unwrap_or(0).max(0);
             let marker = match f.marker {
@@ -218,7 +233,24 @@ impl Kernels {
             Some(text) => self.values.intern(&text),
             None => NONE,
         };
-        self.kernels.push(Kernel { start, end: start.saturating_add(dur), device, replay, value, name });
+        let fallback = match f.fallback.and_then(|v| value_text(buf, v)) {
+            Some(text) => self.fallback_values.intern(&text),
+            None => NONE,
+        };
+        let graph = match node {
+            crate::index::Node::Id(id) => (id >> 32) as u64,
+            _ => 0,
+        };
+        self.kernels.push(Kernel {
+            start,
+            end: start.saturating_add(dur),
+            device,
+            replay,
+            value,
+            name,
+            fallback,
+            graph,
+        });
     }
 }
 
@@ -229,18 +261,56 @@ pub(crate) fn read(
     cancel: &CancelToken,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Kernels, Error> {
+    read_keys(path, by, None, cancel, progress)
+}
+
+/// [`read`], keeping `args[fallback]` of each kernel too ([`Kernel::fallback`]), for
+/// a key to group by where the trace does not carry `by`.
+pub(crate) fn read_keys(
+    path: &Path,
+    by: &str,
+    fallback: Option<&str>,
+    cancel: &CancelToken,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Kernels, Error> {
     let mut kept = Kernels::default();
     let by = by.as_bytes();
-    for_each_event(path, cancel, progress, &mut |c| {
-        if c.peek()? != b'{' {
-            kept.events += 1;
-            return c.skip_value();
-        }
-        let fields = read_fields(c, by)?;
-        kept.keep(c.buf, fields);
-        Ok(())
-    })
+    let fallback = fallback.map(str::as_bytes);
+    let mut rank = None;
+    for_each_event_and_member(
+        path,
+        cancel,
+        progress,
+        &mut |c| {
+            if c.peek()? != b'{' {
+                kept.events += 1;
+                return c.skip_value();
+            }
+            let fields = read_fields(c, by, fallback)?;
+            kept.keep(c.buf, fields);
+            Ok(())
+        },
+        &mut |c, key| {
+            if !key_is(c.buf, key, b"distributedInfo") || c.peek()? != b'{' {
+                return c.skip_value();
+            }
+            let mut found = None;
+            c.object(|c, key| match key_is(c.buf, key, b"rank") {
+                true => {
+                    found = number(c.buf, Some(c.scalar()?)).and_then(|t| match Num::parse(t) {
+                        Some(Num::Int(i)) => u64::try_from(i).ok(),
+                        _ => None,
+                    });
+                    Ok(())
+                }
+                false => c.skip_value(),
+            })?;
+            rank = found;
+            Ok(())
+        },
+    )
     .map_err(|f| f.error(path))?;
+    kept.rank = rank;
     Ok(kept)
 }
 
