@@ -2,8 +2,9 @@
 """Compare what two builds of ``cgfast`` write, byte for byte (``cmp``), on the
 bench-shaped traces (``bench/gen_trace.py`` at ``--size`` MB: with node ids, without,
 and with runs of nodes sharing a module), the examples and the real H200 fixtures,
-over the option sets the tests use, plain and gzipped, and with ``CGFAST_THREADS=1``.
-A refactoring must leave every output identical.
+over the option sets the tests use, plain and gzipped, and with ``CGFAST_THREADS=1``;
+then what ``cgfast summary`` and ``cgfast diff`` print and chart for the annotated
+examples, fixtures and bench trace. A refactoring must leave every output identical.
 
     python tools/compare_builds.py BASELINE_BINARY CANDIDATE_BINARY [--size 200] [--work DIR]
 
@@ -144,6 +145,73 @@ def compare(
     return lines
 
 
+SUMMARY_OPTIONS = [
+    ("table", []),
+    ("csv", ["--format", "csv"]),
+    ("json", ["--format", "json"]),
+    ("steps", ["--steps", "--format", "csv"]),
+    ("steps-json", ["--steps", "--format", "json", "--top", "5"]),
+    ("by-kernel", ["--by", "kernel"]),
+    ("by-name", ["--by", "name", "--format", "json"]),
+    ("depth", ["--depth", "2", "--format", "json"]),
+    ("group-layers", ["--group-layers"]),
+    ("chart-svg", ["--chart", "{out}/chart.svg"]),
+    ("chart-html", ["--chart", "{out}/chart.html", "--no-hierarchy"]),
+]
+DIFF_OPTIONS = [
+    ("table", []),
+    ("all", ["--all"]),
+    ("csv", ["--format", "csv"]),
+    ("json", ["--format", "json"]),
+    ("by-kernel", ["--by", "kernel", "--threshold", "0.5"]),
+    ("group-layers", ["--group-layers", "--top", "1"]),
+    ("gate", ["--fail-if-slower", "1", "--min-share", "0.1"]),
+    ("per-rank", ["--per-rank", "--format", "json"]),
+    ("chart-svg", ["--chart", "{out}/chart.svg"]),
+    ("chart-html", ["--chart", "{out}/chart.html"]),
+]
+
+
+def report(binary: str, command: str, inputs: list[Path], flags: list[str], out: Path) -> tuple:
+    """What one report command does: exit status, stdout, stderr and the chart written."""
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    argv = [binary, command, *map(str, inputs), "--no-progress", *(f.format(out=out) for f in flags)]
+    done = subprocess.run(argv, capture_output=True)
+    stderr = done.stderr.replace(str(out).encode(), b"OUT")
+    charts = {f.name: f.read_bytes() for f in sorted(out.iterdir())}
+    return done.returncode, done.stdout, stderr, charts
+
+
+def compare_reports(
+    baseline: str, candidate: str, command: str, case: str, inputs: list[Path], options, out_dir: Path
+) -> list[str]:
+    """Each option set of ``summary`` or ``diff``: a line per case."""
+    lines = []
+    for name, flags in options:
+        a = report(baseline, command, inputs, flags, out_dir / "baseline-report")
+        b = report(candidate, command, inputs, flags, out_dir / "candidate-report")
+        verdict = (
+            "identical"
+            if a == b
+            else "DIFFER "
+            + ", ".join(what for what, x, y in zip(("exit", "stdout", "stderr", "charts"), a, b) if x != y)
+        )
+        lines.append(f"{command} {case:<36} {name:<16} {'':<9} {verdict}")
+        print(lines[-1], flush=True)
+    return lines
+
+
+def annotated(binary: str, trace: Path, annotations: Path, work: Path, name: str) -> Path:
+    """The trace annotated (by the baseline, with the default options), for the reports."""
+    output = work / "annotated" / f"{name}.annotated.json.gz"
+    if not output.exists():
+        output.parent.mkdir(parents=True, exist_ok=True)
+        if run(binary, trace, annotations, output, [], {}) != 0:
+            sys.exit(f"{binary} could not annotate {trace}")
+    return output
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("baseline")
@@ -189,6 +257,29 @@ def main() -> None:
         lines += compare(
             a.baseline, a.candidate, f"fixture {fixture.name}", fixture, annotations, SMALL_OPTIONS, out_dir
         )
+    reports = [
+        annotated(a.baseline, example, next(example.parent.glob("kernel_annotations_*.json")), a.work, name)
+        for name, example in (
+            (e.parent.name, e) for e in sorted((ROOT / "examples").glob("*/000000.h200.pt.trace.json.gz"))
+        )
+    ]
+    reports += [
+        annotated(a.baseline, f, fixture_annotations(a.work, f), a.work, f.name.removesuffix(".json.gz"))
+        for f in sorted(FIXTURES.glob("*.json.gz"))
+    ]
+    reports.append(annotated(a.baseline, *with_ids, a.work, f"bench-{a.size}mb"))
+    for trace in reports:
+        name = trace.name.removesuffix(".annotated.json.gz")
+        lines += compare_reports(a.baseline, a.candidate, "summary", name, [trace], SUMMARY_OPTIONS, out_dir)
+    lines += compare_reports(
+        a.baseline, a.candidate, "summary", "all annotated", reports, SUMMARY_OPTIONS[:3], out_dir
+    )
+    small = reports[:-1]  # the bench trace is compared with itself only
+    pairs = [(base, test) for base in small for test in small if base != test]
+    for base, test in pairs + [(r, r) for r in reports]:
+        case = f"{base.name.split('.')[0]} vs {test.name.split('.')[0]}"
+        options = DIFF_OPTIONS if base != test else DIFF_OPTIONS[:4]
+        lines += compare_reports(a.baseline, a.candidate, "diff", case, [base, test], options, out_dir)
     differ = [line for line in lines if "DIFFER" in line]
     print(f"\n{len(lines)} outputs compared, {len(differ)} differ")
     sys.exit(1 if differ else 0)
