@@ -2,6 +2,9 @@
 
 use super::*;
 use crate::files::many::Silent;
+use compare::Segment;
+use samples::reduce;
+use std::path::Path;
 
 /// A kernel of a replay: its module (or none), name and duration in µs.
 type K<'a> = (Option<&'a str>, &'a str, f64);
