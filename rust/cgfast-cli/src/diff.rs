@@ -8,6 +8,7 @@ use cgfast_core::{
 };
 
 use crate::files_progress::Files;
+use crate::reading_args::{tree, Reading, RollUp};
 use crate::{diff_table, Failure};
 
 /// The exit status when `--fail-if-slower` trips.
@@ -94,19 +95,10 @@ pub struct Args {
     /// paths, the bars and a table).
     #[arg(long, value_name = "FILE")]
     chart: Option<PathBuf>,
-    /// Traces read at once [default: one per core].
-    #[arg(short, long, value_parser = clap::value_parser!(u32).range(1..))]
-    jobs: Option<u32>,
-    /// Never show a progress bar.
-    #[arg(long)]
-    no_progress: bool,
-    /// Roll values (module paths) up to their first N dotted segments.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    depth: Option<u32>,
-    /// Merge numbered siblings: model.layers.0.mlp and model.layers.1.mlp count as
-    /// model.layers.*.mlp.
-    #[arg(long)]
-    group_layers: bool,
+    #[command(flatten)]
+    reading: Reading,
+    #[command(flatten)]
+    roll_up: RollUp,
     /// Compare every dotted path with the paths under it, and draw the icicle in the
     /// --chart (the default for module paths, --depth and --group-layers).
     #[arg(long)]
@@ -152,17 +144,11 @@ pub fn run(args: Args, cancel: &CancelToken) -> Result<i32, Failure> {
     }
     let base = find_traces(&base, Wanted::Annotated)?;
     let test = find_traces(&test, Wanted::Annotated)?;
-    let tree = if args.hierarchy {
-        Some(true)
-    } else if args.no_hierarchy {
-        Some(false)
-    } else {
-        None
-    };
+    let tree = tree(args.hierarchy, args.no_hierarchy);
     let options = DiffOptions {
         by: args.by.clone(),
-        depth: args.depth.map(|d| d as usize),
-        group_layers: args.group_layers,
+        depth: args.roll_up.depth(),
+        group_layers: args.roll_up.group_layers,
         tree,
         threshold: args.threshold / 100.0,
         per_rank: args.per_rank,
@@ -170,8 +156,8 @@ pub fn run(args: Args, cancel: &CancelToken) -> Result<i32, Failure> {
         min_share: args.min_share / 100.0,
     };
     let all: Vec<PathBuf> = base.iter().chain(&test).cloned().collect();
-    let progress = Files::new("reading", &all, !args.no_progress, LARGE);
-    let result = diff_files(&base, &test, &options, args.jobs.unwrap_or(0) as usize, &progress, cancel);
+    let progress = Files::new("reading", &all, !args.reading.no_progress, LARGE);
+    let result = diff_files(&base, &test, &options, args.reading.jobs(), &progress, cancel);
     progress.clear();
     let diff = result?;
     // The chart first: a run that cannot write it prints nothing.

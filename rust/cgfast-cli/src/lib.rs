@@ -8,6 +8,7 @@ mod diff;
 mod diff_table;
 mod files_progress;
 mod progress;
+mod reading_args;
 mod summary;
 mod summary_table;
 

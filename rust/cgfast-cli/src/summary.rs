@@ -3,11 +3,12 @@
 use std::path::PathBuf;
 
 use cgfast_core::{
-    find_traces, summarize_files, write_chart, CancelToken, DefaultKey, Hierarchy, SummaryOptions, Wanted,
-    MODULE_KEY,
+    check_chart, find_traces, summarize_files, write_chart, CancelToken, DefaultKey, Hierarchy,
+    SummaryOptions, Wanted, MODULE_KEY,
 };
 
 use crate::files_progress::Files;
+use crate::reading_args::{tree, Reading, RollUp};
 use crate::{summary_table, Failure};
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -42,20 +43,10 @@ pub struct Args {
     /// Also write a chart: a .svg, or a .html page with the chart and the table.
     #[arg(long, value_name = "FILE")]
     chart: Option<PathBuf>,
-    /// Traces read at once [default: one per core].
-    #[arg(short, long, value_parser = clap::value_parser!(u32).range(1..))]
-    jobs: Option<u32>,
-    /// Never show a progress bar.
-    #[arg(long)]
-    no_progress: bool,
-    /// Roll values (module paths) up to their first N dotted segments:
-    /// model.layers.3.mlp is model.layers at --depth 2.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    depth: Option<u32>,
-    /// Merge numbered siblings: model.layers.0.mlp and model.layers.1.mlp count as
-    /// model.layers.*.mlp.
-    #[arg(long)]
-    group_layers: bool,
+    #[command(flatten)]
+    reading: Reading,
+    #[command(flatten)]
+    roll_up: RollUp,
     /// Draw the values' hierarchy as an icicle in the --chart (the default with --by
     /// module, --depth and --group-layers).
     #[arg(long)]
@@ -74,29 +65,19 @@ pub fn run(args: Args, cancel: &CancelToken) -> Result<(), Failure> {
         return said("--by needs a key of args (name, module, ...)".into());
     }
     if let Some(chart) = &args.chart {
-        let ext = chart.extension().map(|e| e.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
-        if !matches!(ext.as_str(), "svg" | "html" | "htm") {
-            return said(format!("{}: the chart must be a .svg or .html file", chart.display()));
-        }
+        check_chart(chart)?;
     }
     if args.hierarchy && args.chart.is_none() {
         return said("--hierarchy draws the hierarchy in a chart: give --chart out.html (or .svg)".into());
     }
-    let tree = if args.hierarchy {
-        Some(true)
-    } else if args.no_hierarchy {
-        Some(false)
-    } else {
-        None
-    };
+    let tree = tree(args.hierarchy, args.no_hierarchy);
     let by = args.by.clone().unwrap_or_else(|| MODULE_KEY.to_string());
-    let hierarchy = Hierarchy::new(&by, args.depth.map(|d| d as usize), args.group_layers, tree);
+    let hierarchy = Hierarchy::new(&by, args.roll_up.depth(), args.roll_up.group_layers, tree);
     let traces = find_traces(&args.traces, Wanted::Annotated)?;
     let default_key = args.by.is_none().then_some(DefaultKey { tree });
     let options = SummaryOptions { by, steps: args.steps, top: args.top, hierarchy, default_key };
-    let progress = Files::new("reading", &traces, !args.no_progress, LARGE);
-    let (summary, mut failures) =
-        summarize_files(&traces, &options, args.jobs.unwrap_or(0) as usize, &progress, cancel);
+    let progress = Files::new("reading", &traces, !args.reading.no_progress, LARGE);
+    let (summary, mut failures) = summarize_files(&traces, &options, args.reading.jobs(), &progress, cancel);
     progress.clear();
     if traces.len() == 1 && failures.len() == 1 {
         return Err(failures.remove(0).into());
