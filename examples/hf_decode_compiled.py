@@ -10,8 +10,8 @@ and replays the same graph. Writes trace, annotations and annotated trace into O
 (default ``cgfast-decode``) and prints the GPU time per module.
 
 (``model.generate()`` with a static cache under ``reduce-overhead`` crashed inside
-torch's cudagraph trees on torch 2.11 with transformers 5.17, cgfast or not: a decode
-loop written out, as here, runs.)
+torch's cudagraph trees on torch 2.11 with transformers 5.17, with or without cgfast;
+this example writes the decode loop out instead.)
 """
 
 import argparse
