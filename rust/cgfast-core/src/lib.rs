@@ -55,12 +55,13 @@ pub use index::NodeId;
 pub use options::{Lanes, Options, Recover, Spans, WriteMode};
 pub use pipeline::{annotate_file, Phase};
 pub use report::{Overlap, Recovery, Report};
+pub use summary::chart::check_chart;
 pub use summary::chart::write as write_chart;
 pub use summary::diff::{
     diff_files, Comparison, Diff, DiffOptions, DiffRow, KernelChange, Offender, SideInfo, SideStats,
     TraceInfo, Verdict,
 };
-pub use summary::diff_chart::{check_chart, signed_pct, write as write_diff_chart};
+pub use summary::diff_chart::{signed_pct, write as write_diff_chart};
 pub use summary::diff_stats::{Shift, CONFIDENCE as DIFF_CONFIDENCE};
 pub use summary::hierarchy::{Hierarchy, MODULE_KEY};
 pub use summary::key::{fallback_note as default_key_note, label as key_label, DefaultKey, KERNEL_KEY};

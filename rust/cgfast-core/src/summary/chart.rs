@@ -225,16 +225,46 @@ pub(crate) fn html(summary: &Summary, rows: &[Row]) -> String {
 
 /// Write the chart to `path`: HTML for `.html`/`.htm`, SVG for `.svg`.
 pub fn write(path: &Path, summary: &Summary, rows: &[Row]) -> Result<(), Error> {
-    let ext = path.extension().map(|e| e.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
-    let text = match ext.as_str() {
-        "svg" if summary.hierarchy.tree => super::icicle::with_bars(summary, rows, &svg(summary, rows)),
-        "svg" => svg(summary, rows),
-        "html" | "htm" => html(summary, rows),
-        _ => {
-            return Err(Error::Inputs {
-                message: format!("{}: the chart must be a .svg or .html file", path.display()),
-            })
+    let text = match chart_kind(path)? {
+        ChartKind::Svg if summary.hierarchy.tree => {
+            super::icicle::with_bars(summary, rows, &svg(summary, rows))
         }
+        ChartKind::Svg => svg(summary, rows),
+        ChartKind::Html => html(summary, rows),
     };
-    std::fs::write(path, text).map_err(|e| Error::write(path, e))
+    write_atomically(path, &text)
+}
+
+/// What a chart's file name asks for.
+pub(crate) enum ChartKind {
+    Svg,
+    Html,
+}
+
+/// Whether `path` names a chart cgfast draws (`.svg`, `.html` or `.htm`), for a caller
+/// to check before it reads any trace.
+pub fn check_chart(path: &Path) -> Result<(), Error> {
+    chart_kind(path).map(|_| ())
+}
+
+/// What `path` asks for, or the one line saying it is neither.
+pub(crate) fn chart_kind(path: &Path) -> Result<ChartKind, Error> {
+    let ext = path.extension().map(|e| e.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
+    match ext.as_str() {
+        "svg" => Ok(ChartKind::Svg),
+        "html" | "htm" => Ok(ChartKind::Html),
+        _ => Err(Error::Inputs {
+            message: format!("{}: the chart must be a .svg or .html file", path.display()),
+        }),
+    }
+}
+
+/// Write `text` to `path` whole or not at all: a temporary file beside it, renamed over
+/// it, so a failed run leaves an existing file as it was.
+pub(crate) fn write_atomically(path: &Path, text: &str) -> Result<(), Error> {
+    use std::io::Write;
+    let fail = |e: std::io::Error| Error::write(path, e);
+    let file = crate::write::atomic_file::AtomicFile::create(path).map_err(fail)?;
+    file.file().write_all(text.as_bytes()).map_err(fail)?;
+    file.commit().map_err(fail)
 }

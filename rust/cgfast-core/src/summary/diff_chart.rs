@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::chart::{escape, human_time};
+use super::chart::{chart_kind, escape, human_time, write_atomically, ChartKind};
 use super::diff::{Comparison, Diff, DiffRow, Verdict};
 use super::hierarchy::{tree, PathNode, ANY_LAYER};
 use super::icicle::{fit, hex, text_color, tint, LEVEL_H};
@@ -499,39 +499,6 @@ pub(crate) fn render(path: &Path, diff: &Diff) -> Result<String, Error> {
         ChartKind::Svg => Ok(svg(diff)),
         ChartKind::Html => Ok(html(diff)),
     }
-}
-
-pub(crate) enum ChartKind {
-    Svg,
-    Html,
-}
-
-/// Whether `path` names a chart cgfast draws (`.svg`, `.html` or `.htm`), for a caller
-/// to check before it reads any trace.
-pub fn check_chart(path: &Path) -> Result<(), Error> {
-    chart_kind(path).map(|_| ())
-}
-
-/// What `path` asks for, or the one line saying it is neither.
-pub(crate) fn chart_kind(path: &Path) -> Result<ChartKind, Error> {
-    let ext = path.extension().map(|e| e.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
-    match ext.as_str() {
-        "svg" => Ok(ChartKind::Svg),
-        "html" | "htm" => Ok(ChartKind::Html),
-        _ => Err(Error::Inputs {
-            message: format!("{}: the chart must be a .svg or .html file", path.display()),
-        }),
-    }
-}
-
-/// Write `text` to `path` whole or not at all: a temporary file beside it, renamed over
-/// it, so a failed run leaves an existing file as it was.
-pub(crate) fn write_atomically(path: &Path, text: &str) -> Result<(), Error> {
-    use std::io::Write;
-    let fail = |e: std::io::Error| Error::write(path, e);
-    let file = crate::write::atomic_file::AtomicFile::create(path).map_err(fail)?;
-    file.file().write_all(text.as_bytes()).map_err(fail)?;
-    file.commit().map_err(fail)
 }
 
 /// Write the chart of `diff` to `path`.
