@@ -136,19 +136,7 @@ fn comparison_table(out: &mut impl Write, diff: &Diff, c: &Comparison, top: usiz
         );
     } else {
         let by = if diff.by == KERNEL_KEY { "kernel" } else { diff.by.as_str() };
-        let headers = [
-            by,
-            "verdict",
-            "kernels/replay",
-            "base µs ±sd",
-            "test µs ±sd",
-            "change µs",
-            "change",
-            "95% interval µs",
-            "of change",
-        ];
-        let mut left = vec![false; headers.len()];
-        (left[0], left[1]) = (true, true);
+        let (headers, left) = columns(by);
         let mut table = Vec::new();
         let mut kernel_rows = Vec::new();
         for r in &listed {
@@ -181,19 +169,7 @@ fn comparison_table(out: &mut impl Write, diff: &Diff, c: &Comparison, top: usiz
     if !paths.is_empty() {
         let _ = writeln!(out);
         let _ = writeln!(out, "  every path with the paths under it:");
-        let headers = [
-            "path",
-            "verdict",
-            "kernels/replay",
-            "base µs ±sd",
-            "test µs ±sd",
-            "change µs",
-            "change",
-            "95% interval µs",
-            "of change",
-        ];
-        let mut left = vec![false; headers.len()];
-        (left[0], left[1]) = (true, true);
+        let (headers, left) = columns("path");
         let table: Vec<Vec<String>> = paths.iter().map(|r| cells(r, c)).collect();
         print_columns(out, &headers, &left, &table);
     }
@@ -345,4 +321,23 @@ pub fn print_csv(diff: &Diff) {
 pub fn print_json(diff: &Diff) {
     let text = serde_json::to_string_pretty(&diff.to_json()).expect("JSON of a report");
     let _ = writeln!(std::io::stdout().lock(), "{text}");
+}
+
+/// The columns of a table of rows (values or paths, named by `first`), and which are
+/// aligned left.
+fn columns(first: &str) -> ([&str; 9], [bool; 9]) {
+    let headers = [
+        first,
+        "verdict",
+        "kernels/replay",
+        "base µs ±sd",
+        "test µs ±sd",
+        "change µs",
+        "change",
+        "95% interval µs",
+        "of change",
+    ];
+    let mut left = [false; 9];
+    (left[0], left[1]) = (true, true);
+    (headers, left)
 }
