@@ -8,6 +8,7 @@ use cgfast_core::{
 };
 
 use crate::files_progress::Files;
+use crate::progress::LARGE_INPUT;
 use crate::reading_args::{tree, Reading, RollUp};
 use crate::{diff_table, Failure};
 
@@ -108,9 +109,6 @@ pub struct Args {
     no_hierarchy: bool,
 }
 
-/// Inputs this large show a progress bar (on a terminal).
-const LARGE: u64 = 64 << 20;
-
 /// One line per offender of the gate.
 fn offender_line(o: &Offender, limit: f64) -> String {
     let what = match &o.value {
@@ -156,7 +154,7 @@ pub fn run(args: Args, cancel: &CancelToken) -> Result<i32, Failure> {
         min_share: args.min_share / 100.0,
     };
     let all: Vec<PathBuf> = base.iter().chain(&test).cloned().collect();
-    let progress = Files::new("reading", &all, !args.reading.no_progress, LARGE);
+    let progress = Files::new("reading", &all, !args.reading.no_progress, LARGE_INPUT);
     let result = diff_files(&base, &test, &options, args.reading.jobs(), &progress, cancel);
     progress.clear();
     let diff = result?;

@@ -12,11 +12,12 @@ pub struct Progress {
     shown: bool,
 }
 
-const LARGE: u64 = 64 << 20;
+/// Inputs this large show progress (on a terminal).
+pub const LARGE_INPUT: u64 = 64 << 20;
 
 impl Progress {
     pub fn new(input_len: u64, allowed: bool) -> Progress {
-        let enabled = allowed && input_len >= LARGE && std::io::stderr().is_terminal();
+        let enabled = allowed && input_len >= LARGE_INPUT && std::io::stderr().is_terminal();
         Progress { enabled, last: Instant::now(), started: Instant::now(), shown: false }
     }
 

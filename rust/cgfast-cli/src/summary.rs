@@ -8,6 +8,7 @@ use cgfast_core::{
 };
 
 use crate::files_progress::Files;
+use crate::progress::LARGE_INPUT;
 use crate::reading_args::{tree, Reading, RollUp};
 use crate::{summary_table, Failure};
 
@@ -56,9 +57,6 @@ pub struct Args {
     no_hierarchy: bool,
 }
 
-/// Inputs this large show a progress bar (on a terminal).
-const LARGE: u64 = 64 << 20;
-
 pub fn run(args: Args, cancel: &CancelToken) -> Result<(), Failure> {
     let said = |line: String| Err(Failure::Said(line));
     if args.by.as_deref() == Some("") {
@@ -76,7 +74,7 @@ pub fn run(args: Args, cancel: &CancelToken) -> Result<(), Failure> {
     let traces = find_traces(&args.traces, Wanted::Annotated)?;
     let default_key = args.by.is_none().then_some(DefaultKey { tree });
     let options = SummaryOptions { by, steps: args.steps, top: args.top, hierarchy, default_key };
-    let progress = Files::new("reading", &traces, !args.reading.no_progress, LARGE);
+    let progress = Files::new("reading", &traces, !args.reading.no_progress, LARGE_INPUT);
     let (summary, mut failures) = summarize_files(&traces, &options, args.reading.jobs(), &progress, cancel);
     progress.clear();
     if traces.len() == 1 && failures.len() == 1 {
