@@ -4,16 +4,15 @@ defaults. Nothing here decides anything: each call goes straight to the core."""
 
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, Iterable, Mapping, Optional, Union
 
 from cgfast import _cgfast
 from cgfast._cgfast import CancelToken
+from cgfast._typing import PathLike
 from cgfast.reports import AnnotateReport, Lanes, Recover
 
 DEFAULTS = _cgfast.DEFAULTS
 
-PathLike = Union[str, "os.PathLike[str]"]
 # node id -> what the node is annotated with: dicts of args to write, or strings
 # (written to args["annotation"])
 Annotations = Mapping[int, Iterable[Union[Mapping[str, Any], str]]]

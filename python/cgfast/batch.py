@@ -19,9 +19,8 @@ from typing import Any, Dict, Iterable, List, Optional, Union
 
 from cgfast import _cgfast
 from cgfast._annotate import annotate_file
+from cgfast._typing import PathLike
 from cgfast.reports import BatchResult
-
-PathLike = Union[str, "os.PathLike[str]"]
 
 
 class BatchError(Exception):

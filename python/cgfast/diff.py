@@ -14,17 +14,14 @@ Importing this module imports neither pandas nor torch.
 
 from __future__ import annotations
 
-import os
-from typing import Any, Iterable, Literal, Optional, Union
+from typing import Any, Literal, Optional
 
 from cgfast import _cgfast
 from cgfast._cgfast import CancelToken
+from cgfast._typing import PathLike, Paths
 from cgfast.reports import DiffReport
 
 DEFAULTS = _cgfast.DEFAULTS
-
-PathLike = Union[str, "os.PathLike[str]"]
-Paths = Union[PathLike, Iterable[PathLike]]
 
 
 def diff(

@@ -15,17 +15,14 @@ Importing this module imports neither pandas nor torch.
 
 from __future__ import annotations
 
-import os
-from typing import Any, Iterable, List, Optional, Union
+from typing import Any, List, Optional, Union
 
 from cgfast import _cgfast
 from cgfast._cgfast import CancelToken
+from cgfast._typing import PathLike, Paths
 from cgfast.reports import ReplayRow, SummaryReport, SummaryRow
 
 DEFAULTS = _cgfast.DEFAULTS
-
-PathLike = Union[str, "os.PathLike[str]"]
-Paths = Union[PathLike, Iterable[PathLike]]
 
 
 def summary_report(
