@@ -1,5 +1,5 @@
 //! Work on many files at once, on plain threads: [`annotate_files`], and the map that
-//! it and the summary share.
+//! it shares with the reads of summary and diff ([`read_files`]).
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -90,6 +90,40 @@ where
         }
     });
     results.into_iter().map(|r| r.expect("every item is worked on")).collect()
+}
+
+/// `read(path, progress)` for each of `paths` on `jobs` threads (0: one per core), as
+/// [`map`] does, telling `progress` how far each file is and when it is finished. The
+/// results in the order of `paths`; a panic in `read` is that file's [`Error::Internal`].
+pub(crate) fn read_files<P, R>(
+    paths: &[P],
+    jobs: usize,
+    progress: &dyn FilesProgress,
+    read: impl Fn(&Path, &mut dyn FnMut(u64, u64)) -> Result<R, Error> + Sync,
+) -> Vec<Result<R, Error>>
+where
+    P: AsRef<Path> + Sync,
+    R: Send,
+{
+    let results = map(
+        paths,
+        jobs,
+        |i, path| {
+            read(path.as_ref(), &mut |done, total| progress.advance(i, done as f64 / total.max(1) as f64))
+        },
+        &mut |i, result| {
+            progress.finished(i, matches!(result, Some(Ok(_))));
+            progress.show();
+        },
+        &mut || progress.show(),
+    );
+    paths
+        .iter()
+        .zip(results)
+        .map(|(path, result)| {
+            result.unwrap_or_else(|| Err(Error::Internal { path: path.as_ref().to_path_buf() }))
+        })
+        .collect()
 }
 
 /// Where [`annotate_files`] takes each trace's annotations from.

@@ -683,34 +683,22 @@ pub fn summarize_files(
     progress: &dyn FilesProgress,
     cancel: &CancelToken,
 ) -> (Summary, Vec<Error>) {
-    let results = crate::files::many::map(
-        paths,
-        jobs,
-        |i, path| {
-            summarize_file(path, options, cancel, &mut |done, total| {
-                progress.advance(i, done as f64 / total.max(1) as f64)
-            })
-        },
-        &mut |i, r| {
-            progress.finished(i, matches!(r, Some(Ok(_))));
-            progress.show();
-        },
-        &mut || progress.show(),
-    );
+    let mut results = crate::files::many::read_files(paths, jobs, progress, |path, on_progress| {
+        summarize_file(path, options, cancel, on_progress)
+    });
     let mut summary = Summary {
         by: options.by.clone(),
         steps: options.steps,
         hierarchy: options.hierarchy,
         ..Summary::default()
     };
-    let mut results = results;
     if let Some(default) = options.default_key {
         // The first default key any trace carries; the others' kernels lack it.
-        let read = || results.iter().filter_map(|r| r.as_ref()?.as_ref().ok());
+        let read = || results.iter().filter_map(|r| r.as_ref().ok());
         if let Some(by) = read().map(|s| s.by.clone()).min_by_key(|by| key::rank_of_key(by)) {
             summary.by = by.clone();
             summary.hierarchy = key::hierarchy_for(&by, options.hierarchy, default);
-            for s in results.iter_mut().filter_map(|r| r.as_mut()?.as_mut().ok()) {
+            for s in results.iter_mut().filter_map(|r| r.as_mut().ok()) {
                 if s.by != by {
                     *s = Summary { by: by.clone(), hierarchy: summary.hierarchy, ..std::mem::take(s) }
                         .without_values();
@@ -719,11 +707,10 @@ pub fn summarize_files(
         }
     }
     let mut failures = Vec::new();
-    for (path, result) in paths.iter().zip(results) {
+    for result in results {
         match result {
-            Some(Ok(s)) => summary.merge(s),
-            Some(Err(error)) => failures.push(error),
-            None => failures.push(Error::Internal { path: path.clone() }),
+            Ok(s) => summary.merge(s),
+            Err(error) => failures.push(error),
         }
     }
     (summary, failures)

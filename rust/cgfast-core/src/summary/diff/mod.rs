@@ -65,27 +65,15 @@ pub fn diff_files(
         )));
     }
     let paths: Vec<&PathBuf> = base.iter().chain(test).collect();
-    let results = crate::files::many::map(
-        &paths,
-        jobs,
-        |i, path| {
-            read_trace(path, options, cancel, &mut |done, total| {
-                progress.advance(i, done as f64 / total.max(1) as f64)
-            })
-        },
-        &mut |i, r| {
-            progress.finished(i, matches!(r, Some(Ok(_))));
-            progress.show();
-        },
-        &mut || progress.show(),
-    );
+    let results = crate::files::many::read_files(&paths, jobs, progress, |path, on_progress| {
+        read_trace(path, options, cancel, on_progress)
+    });
     let mut read = Vec::with_capacity(results.len());
     let mut failures = Vec::new();
-    for (path, result) in paths.iter().zip(results) {
+    for result in results {
         match result {
-            Some(Ok(t)) => read.push(t),
-            Some(Err(error)) => failures.push(error),
-            None => failures.push(Error::Internal { path: path.to_path_buf() }),
+            Ok(t) => read.push(t),
+            Err(error) => failures.push(error),
         }
     }
     if cancel.is_cancelled() {
