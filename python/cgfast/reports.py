@@ -133,22 +133,6 @@ class SummaryRow(_SummaryRow, total=False):
     replay_stdev_us: float
 
 
-class ReplayRow(TypedDict):
-    """A value in one replay (``steps``): a row of ``replay_rows``."""
-
-    trace: str
-    replay: int
-    value: Optional[str]
-    kernels: int
-    total_us: float
-    busy_us: float
-    attributed_us: float
-    share: float
-    replay_start_us: float
-    replay_span_us: float
-    replay_busy_us: float
-
-
 class _SummaryTotals(TypedDict):
     traces: int
     events: int
@@ -164,16 +148,18 @@ class _SummaryTotals(TypedDict):
     unusable_events: int
 
 
-class SummaryTotals(_SummaryTotals, total=False):
-    """The numbers above the rows; the kernels of unresolved, ambiguous and
-    unmatched replays only where there are some."""
-
+class _LeftUnresolved(TypedDict, total=False):
     unresolved_kernels: int
     unresolved_us: float
     ambiguous_replay_kernels: int
     ambiguous_replay_us: float
     unmatched_replay_kernels: int
     unmatched_replay_us: float
+
+
+class SummaryTotals(_SummaryTotals, _LeftUnresolved):
+    """The numbers above the rows; the kernels of unresolved, ambiguous and
+    unmatched replays only where there are some."""
 
 
 class _SummaryTrace(TypedDict):
@@ -189,15 +175,8 @@ class _SummaryTrace(TypedDict):
     unusable_events: int
 
 
-class SummaryTrace(_SummaryTrace, total=False):
+class SummaryTrace(_SummaryTrace, _LeftUnresolved):
     """One trace's totals, as ``SummaryTotals``."""
-
-    unresolved_kernels: int
-    unresolved_us: float
-    ambiguous_replay_kernels: int
-    ambiguous_replay_us: float
-    unmatched_replay_kernels: int
-    unmatched_replay_us: float
 
 
 class Spread(TypedDict):
@@ -227,6 +206,17 @@ class ReplayValue(TypedDict):
     busy_us: float
     attributed_us: float
     share: float
+
+
+class ReplayRow(ReplayValue):
+    """A value in one replay (``steps``): a row of ``replay_rows``, its replay's figures
+    beside it."""
+
+    trace: str
+    replay: int
+    replay_start_us: float
+    replay_span_us: float
+    replay_busy_us: float
 
 
 class SummaryReplay(TypedDict):
