@@ -61,6 +61,30 @@ def wait_for(condition, timeout: float) -> bool:
     return False
 
 
+def signalled_once_started(argv: list, started_in: Path, signum=signal.SIGINT, timeout: float = 30) -> tuple:
+    """Run ``argv``; once a temporary output appears in ``started_in`` (the run is
+    reading), send it ``signum``. (return code, stdout, stderr, seconds from the signal
+    to its exit)."""
+    proc = subprocess.Popen(
+        [str(a) for a in argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+        preexec_fn=interactive,
+    )
+    try:
+        assert wait_for(lambda: partials(started_in), 60), "the run never started"
+        proc.send_signal(signum)
+        signalled = time.monotonic()
+        out, err = proc.communicate(timeout=timeout)
+        stopped_after = time.monotonic() - signalled
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, out, err, stopped_after
+
+
 @pytest.mark.parametrize("command", commands())
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 @pytest.mark.parametrize("existing", [True, False], ids=["replacing", "new"])
@@ -70,25 +94,11 @@ def test_a_signal_stops_the_run_cleanly(tmp_path, big_trace, command, signum, ex
     if existing:
         out.write_bytes(b"precious")
         os.utime(out, (1_000_000_000, 1_000_000_000))
-    proc = subprocess.Popen(
-        [*command, str(trace), "-a", str(ann), "-o", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=clean_env(),
-        preexec_fn=interactive,
+    status, _, err, stopped_after = signalled_once_started(
+        [*command, trace, "-a", ann, "-o", out], tmp_path, signum
     )
-    try:
-        # the temporary output appears when the run starts reading
-        assert wait_for(lambda: partials(tmp_path), 60), "the run never started"
-        proc.send_signal(signum)
-        signalled = time.monotonic()
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert time.monotonic() - signalled < 5, "not stopped promptly"
-    assert proc.returncode == 130, err
+    assert stopped_after < 5, "not stopped promptly"
+    assert status == 130, err
     assert err.splitlines() == ["cgfast: interrupted"], err
     assert partials(tmp_path) == []
     if existing:
@@ -109,22 +119,8 @@ def test_annotate_file_is_interruptible(tmp_path, big_trace):
         "except KeyboardInterrupt:\n"
         "    sys.exit(42)\n"
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", script],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=clean_env(),
-        preexec_fn=interactive,
-    )
-    try:
-        assert wait_for(lambda: partials(tmp_path), 60), "the run never started"
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 42, err
+    status, _, err, _ = signalled_once_started([sys.executable, "-c", script], tmp_path)
+    assert status == 42, err
     assert partials(tmp_path) == [] and not out.exists()
 
 
@@ -179,23 +175,11 @@ def test_ctrl_c_stops_the_main_threads_run_alone(tmp_path, big_trace):
     worker_dir.mkdir()
     main_out, worker_out, after_out = main_dir / "o.json", worker_dir / "o.json", tmp_path / "after.json"
     argv = [trace, ann, main_out, worker_out, EXAMPLE_TRACE, example_annotations(), after_out]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", TWO_RUNS, *map(str, argv)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=clean_env(),
-        preexec_fn=interactive,
+    # the worker's run started first: it is under way when the main thread's starts
+    status, out, err, _ = signalled_once_started(
+        [sys.executable, "-c", TWO_RUNS, *argv], main_dir, timeout=120
     )
-    try:
-        # the worker's run started first: it is under way when the main thread's starts
-        assert wait_for(lambda: partials(main_dir), 60), "the run never started"
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err
+    assert status == 0, err
     outcome = json.loads(out)
     assert outcome["main"] == "KeyboardInterrupt", outcome
     assert outcome["worker_running_then"], "the other run was under way when Ctrl-C came"
