@@ -251,6 +251,33 @@ def test_new_and_gone_values_and_kernels(tmp_path):
         assert verdict in line.split()
 
 
+def test_a_sure_change_too_small_for_the_replay_is_the_same(tmp_path):
+    """On an H200, modules left unchanged moved by a few 32 ns timer ticks (+3%, 0.01% of
+    the replay) when another layer was widened: sure, not of their doing. Such a change
+    (here: the 5 µs norm +3%, 0.15 µs of a 213 µs replay) is `same` under --min-change
+    (0.1% of the busy time per replay); --min-change 0 calls it slower, as before."""
+    base = write(tmp_path / "b.annotated.json", model_events(30, seed=1, noise=0.002))
+    test = write(
+        tmp_path / "t.annotated.json", model_events(30, seed=2, noise=0.002, scale={"model.norm": 1.03})
+    )
+    default = report_of(base, test)
+    assert default["min_change_pct"] == 0.1
+    norm = rows_by_value(default)["model.norm"]
+    assert norm["ci_us"][0] > 0 and norm["delta_pct"] > 2.5
+    assert norm["verdict"] == "same" and all(r["verdict"] == "same" for r in default["tree"])
+    off = report_of(base, test, "--min-change", "0")
+    assert rows_by_value(off)["model.norm"]["verdict"] == "slower"
+    assert {r["value"] for r in off["tree"] if r["verdict"] != "same"} == {"model.norm"}
+    assert cg.diff(base, test, min_change=0) == off
+    # the method line says what is the same; without the floor, exactly as before it
+    method = cgfast("diff", base, test).stdout.splitlines()[1]
+    assert method.endswith(
+        "same: the interval holds 0 or the change is under 2.0% of the value or under 0.1% of the busy time per replay"
+    )
+    method = cgfast("diff", base, test, "--min-change", "0").stdout.splitlines()[1]
+    assert method.endswith("same: the interval holds 0 or the change is under 2.0%")
+
+
 def test_the_table(pair):
     base, test = pair
     run = cgfast("diff", base, test)
@@ -291,6 +318,54 @@ def test_csv(pair):
         assert float(r["ci_low_us"]) == pytest.approx(j["ci_us"][0], abs=1e-3)
         assert int(r["base_replays"]) == 30
     assert any(r["kind"] == "path" and r["value"] == "model.layers.1" for r in rows)
+
+
+# ---------------------------------------------------------------------------- real GPU traces
+
+REAL = Path(__file__).resolve().parent / "data" / "diff"
+
+
+def test_real_gpu_traces_the_same_program_twice():
+    """tests/data/diff: a Llama of 3 layers on an H200, run twice (see its README)."""
+    run = cgfast(
+        "diff",
+        REAL / "llama3-base.annotated.json.gz",
+        REAL / "llama3-again.annotated.json.gz",
+        "--fail-if-slower",
+        "5",
+        "--format",
+        "json",
+    )
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    assert (report["base"]["replays"], report["test"]["replays"]) == (120, 120)
+    assert report["total"]["verdict"] == "same" and report["gate"]["failed"] is False
+    assert [r["value"] for r in [*report["rows"], *report["tree"]] if r["verdict"] != "same"] == []
+
+
+def test_real_gpu_traces_a_wider_mlp_and_only_it_and_its_ancestors():
+    """Layer 1's MLP three times wider: its values and the paths holding it are slower,
+    nothing else, though modules left as they were moved by a few timer ticks."""
+    base, wide = REAL / "llama3-base.annotated.json.gz", REAL / "llama3-wide-mlp.annotated.json.gz"
+    report = report_of(base, wide, "--fail-if-slower", "5", status=3)
+    mlp = "model.layers.1.mlp"
+    changed = {r["value"]: r["verdict"] for r in report["rows"] if r["verdict"] != "same"}
+    assert set(changed.values()) == {"slower"} and all(v == mlp or v.startswith(mlp + ".") for v in changed)
+    assert {f"{mlp}.up_proj", f"{mlp}.gate_proj", f"{mlp}.down_proj"} <= set(changed)
+    tree = {r["value"] for r in report["tree"] if r["verdict"] != "same"}
+    assert {"model", "model.layers", "model.layers.1", mlp} <= tree
+    assert all(
+        v == mlp or v.startswith(mlp + ".") or v in ("model", "model.layers", "model.layers.1") for v in tree
+    )
+    # the GEMMs take longer, and down_proj runs another cuBLAS kernel
+    down = next(r for r in report["rows"] if r["value"] == f"{mlp}.down_proj")
+    assert {k["side"] for k in down["kernels"]["names"]} == {"base", "test"}
+    assert report["total"]["delta_pct"] == pytest.approx(21, abs=1)
+    # without the floor, the act_fn of layers 0 and 2 (3.01 -> 3.10 µs) are called slower
+    off = report_of(base, wide, "--min-change", "0")
+    assert {"model.layers.0.mlp.act_fn", "model.layers.2.mlp.act_fn"} <= {
+        r["value"] for r in off["rows"] if r["verdict"] == "slower"
+    }
 
 
 # ---------------------------------------------------------------------------- the gate
@@ -483,7 +558,14 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, message):
 
 
 @pytest.mark.parametrize(
-    "args", [["--threshold=-1"], ["--fail-if-slower", "x"], ["--min-share", "nan"], ["--depth", "0"]]
+    "args",
+    [
+        ["--threshold=-1"],
+        ["--fail-if-slower", "x"],
+        ["--min-share", "nan"],
+        ["--min-change=-1"],
+        ["--depth", "0"],
+    ],
 )
 def test_bad_flags(tmp_path, args):
     trace = write(tmp_path / "b.annotated.json", model_events(5))
@@ -512,6 +594,8 @@ def test_python_gives_the_same_report(pair, tmp_path):
         cg.diff(base, write(tmp_path / "n.annotated.json", labelled))
     with pytest.raises(ValueError, match="threshold must be a percentage"):
         cg.diff(base, test, threshold=-2)
+    with pytest.raises(ValueError, match="min_change must be a percentage"):
+        cg.diff(base, test, min_change=float("nan"))
     with pytest.raises(ValueError, match="the chart must be"):
         cg.diff(base, test, chart=tmp_path / "x.png")
     with pytest.raises(ValueError, match="frame must be"):

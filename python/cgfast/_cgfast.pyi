@@ -100,6 +100,7 @@ def diff_report(
     group_layers: bool,
     hierarchy: bool | None,
     threshold: float,
+    min_change: float,
     per_rank: bool,
     fail_if_slower: float | None,
     min_share: float,

@@ -6,8 +6,8 @@ sample. A value's change is the Hodges-Lehmann estimate of the shift of its time
 replay (the median of all test-minus-base differences between one replay of each side),
 ``ci_us`` its distribution-free 95% confidence interval from the Mann-Whitney U
 distribution. ``verdict`` is ``"slower"`` or ``"faster"`` when the interval lies above or
-below 0 and the change is at least ``threshold`` percent of the base median, ``"same"``
-otherwise, ``"new"`` or ``"gone"`` when one side has none of the value's kernels.
+below 0 and the change is at least ``threshold`` percent of the base median and at least
+``min_change`` percent of the base's mean busy time per replay, ``"same"`` otherwise, ``"new"`` or ``"gone"`` when one side has none of the value's kernels.
 
 Importing this module imports neither pandas nor torch.
 """
@@ -33,6 +33,7 @@ def diff(
     group_layers: bool = DEFAULTS["group_layers"],
     hierarchy: Optional[bool] = None,
     threshold: float = DEFAULTS["threshold"],
+    min_change: float = DEFAULTS["min_change"],
     per_rank: bool = DEFAULTS["per_rank"],
     fail_if_slower: Optional[float] = None,
     min_share: float = DEFAULTS["min_share"],
@@ -49,8 +50,8 @@ def diff(
     ``name``, else ``kernel``). ``depth`` and ``group_layers`` roll module paths up as
     ``cgfast summary`` does; ``hierarchy`` compares every dotted path with the paths under
     it (``tree``) and draws the icicle in an HTML ``chart`` (``None``: for module paths and
-    rolled-up values). ``threshold``, ``fail_if_slower`` and ``min_share`` are percent, as
-    on the command line; with ``fail_if_slower`` the report's ``gate`` says whether it
+    rolled-up values). ``threshold``, ``min_change``, ``fail_if_slower`` and ``min_share``
+    are percent, as on the command line; with ``fail_if_slower`` the report's ``gate`` says whether it
     failed and names each offender. ``per_rank`` adds ``ranks``, a comparison per rank.
     ``chart``: also write a ``.svg`` or ``.html`` chart there. ``frame="pandas"``: ``rows``
     (and ``tree``) as pandas DataFrames, nested fields flattened (``base_median_us``, ...).
@@ -72,6 +73,7 @@ def diff(
         group_layers=group_layers,
         hierarchy=hierarchy,
         threshold=threshold,
+        min_change=min_change,
         per_rank=per_rank,
         fail_if_slower=fail_if_slower,
         min_share=min_share,

@@ -16,8 +16,8 @@ Lanes = Literal["all", "none", "reference"]
 
 class Defaults(TypedDict):
     """The core's defaults of the options of ``annotate_file``, the dict passes,
-    ``summary_report`` and ``diff`` (``cgfast._cgfast.DEFAULTS``; ``threshold`` and
-    ``min_share`` in percent): the package's signatures show these."""
+    ``summary_report`` and ``diff`` (``cgfast._cgfast.DEFAULTS``; ``threshold``,
+    ``min_change`` and ``min_share`` in percent): the package's signatures show these."""
 
     default_stream: int
     overlap_stream: int
@@ -31,6 +31,7 @@ class Defaults(TypedDict):
     top: int
     group_layers: bool
     threshold: float
+    min_change: float
     min_share: float
     per_rank: bool
 
@@ -254,7 +255,8 @@ class SummaryReport(_SummaryReport, total=False):
 class DiffReport(TypedDict, total=False):
     """The report, as ``cgfast diff --format json`` prints it (``rows`` and ``tree`` are
     pandas DataFrames with ``frame="pandas"``). Present in every report: ``by``,
-    ``by_default``, ``by_note``, ``method``, ``confidence``, ``threshold_pct``, ``traces``,
+    ``by_default``, ``by_note``, ``method``, ``confidence``, ``threshold_pct``, ``min_change_pct``,
+    ``traces``,
     ``base``, ``test``, ``total``, ``mean_delta_us``, ``explained``, ``rows``, ``notes``;
     ``tree`` for module paths (or ``hierarchy=True``), ``depth`` and ``group_layers`` for
     rolled-up values, ``ranks`` with ``per_rank``, ``gate`` with ``fail_if_slower``."""
@@ -265,6 +267,7 @@ class DiffReport(TypedDict, total=False):
     method: str
     confidence: float
     threshold_pct: float
+    min_change_pct: float
     depth: Optional[int]
     group_layers: bool
     traces: Dict[str, List[Dict[str, Any]]]

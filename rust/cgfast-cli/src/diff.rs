@@ -43,7 +43,8 @@ median of all test-minus-base differences between replays), with its distributio
 95% confidence interval from the Mann-Whitney U distribution (exact for small samples, \
 normal approximation with a tie correction for large ones). A value is slower (faster) \
 when the interval lies above (below) 0 and the change is at least --threshold of its \
-base median, same otherwise; new or gone when one side has none of its kernels. \
+base median and at least --min-change of the base's mean busy time per replay, same \
+otherwise; new or gone when one side has none of its kernels. \
 Replays of several graphs (a training step's forward and backward, say) are compared \
 graph by graph, each graph's shift weighted by how often the value appears in its \
 replays and the intervals combined as independent normal errors.
@@ -80,6 +81,11 @@ pub struct Args {
     /// A change under this share of a value's base median is `same`, percent.
     #[arg(long, value_name = "PCT", default_value_t = DiffOptions::default().threshold * 100.0, value_parser = percentage)]
     threshold: f64,
+    /// A change under this share of the base's mean busy time per replay is `same`,
+    /// percent: a module left unchanged can move by a few GPU timer ticks when another
+    /// changes (memory placement, cache), surely but not of its own doing (0: off).
+    #[arg(long, value_name = "PCT", default_value_t = DiffOptions::default().min_change * 100.0, value_parser = percentage)]
+    min_change: f64,
     /// Exit with status 3 when the busy time per replay, or a value with at least
     /// --min-share of the base's busy time, is slower by more than PCT percent with its
     /// 95% interval above 0.
@@ -149,6 +155,7 @@ pub fn run(args: Args, cancel: &CancelToken) -> Result<i32, Failure> {
         group_layers: args.roll_up.group_layers,
         tree,
         threshold: args.threshold / 100.0,
+        min_change: args.min_change / 100.0,
         per_rank: args.per_rank,
         fail_if_slower: args.fail_if_slower.map(|p| p / 100.0),
         min_share: args.min_share / 100.0,

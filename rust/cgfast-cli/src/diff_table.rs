@@ -131,8 +131,8 @@ fn comparison_table(out: &mut impl Write, diff: &Diff, c: &Comparison, top: usiz
     if listed.is_empty() {
         let _ = writeln!(
             out,
-            "  no value changed: every value's interval holds 0 or its change is under {:.1}%",
-            diff.options.threshold * 100.0
+            "  no value changed: every value's interval holds 0 or its change is {}",
+            same_when(diff)
         );
     } else {
         let by = if diff.by == KERNEL_KEY { "kernel" } else { diff.by.as_str() };
@@ -204,9 +204,9 @@ pub fn print_table(diff: &Diff, top: usize, all: bool) {
     }
     let _ = writeln!(
         out,
-        "  method         the Hodges-Lehmann shift of the times per replay, {:.0}% interval from the Mann-Whitney distribution; same: the interval holds 0 or the change is under {:.1}%",
+        "  method         the Hodges-Lehmann shift of the times per replay, {:.0}% interval from the Mann-Whitney distribution; same: the interval holds 0 or the change is {}",
         CONFIDENCE * 100.0,
-        diff.options.threshold * 100.0
+        same_when(diff)
     );
     for note in &diff.notes {
         let _ = writeln!(out, "  note           {note}");
@@ -340,4 +340,18 @@ fn columns(first: &str) -> ([&str; 9], [bool; 9]) {
     let mut left = [false; 9];
     (left[0], left[1]) = (true, true);
     (headers, left)
+}
+
+/// The sizes under which a change is `same`, in words.
+fn same_when(diff: &Diff) -> String {
+    let o = &diff.options;
+    if o.min_change > 0.0 {
+        format!(
+            "under {:.1}% of the value or under {}% of the busy time per replay",
+            o.threshold * 100.0,
+            o.min_change * 100.0
+        )
+    } else {
+        format!("under {:.1}%", o.threshold * 100.0)
+    }
 }

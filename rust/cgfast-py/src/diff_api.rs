@@ -19,13 +19,13 @@ fn percentage(name: &str, value: f64) -> PyResult<f64> {
 /// The diff of the annotated traces `test` against `base` as a dict: what `cgfast diff
 /// --format json` prints. Each side: a path or an iterable of paths (traces,
 /// directories searched for `*.annotated.json[.gz]`, glob patterns). Percentages
-/// (`threshold`, `fail_if_slower`, `min_share`) are in percent, as on the command line.
+/// (`threshold`, `min_change`, `fail_if_slower`, `min_share`) are in percent, as on the command line.
 /// Raises `TraceError` for a trace that cannot be read, a side without graphed replays
 /// or a key one side carries and the other does not. Every option is given
 /// (`cgfast.diff` fills in the core's defaults); the run stops when `cancel` (or Ctrl-C
 /// on the main thread) asks.
 #[pyfunction]
-#[pyo3(signature = (base, test, *, by, depth, group_layers, hierarchy, threshold, per_rank, fail_if_slower, min_share, jobs, chart, cancel))]
+#[pyo3(signature = (base, test, *, by, depth, group_layers, hierarchy, threshold, min_change, per_rank, fail_if_slower, min_share, jobs, chart, cancel))]
 #[allow(clippy::too_many_arguments)]
 pub fn diff_report<'py>(
     py: Python<'py>,
@@ -36,6 +36,7 @@ pub fn diff_report<'py>(
     group_layers: bool,
     hierarchy: Option<bool>,
     threshold: f64,
+    min_change: f64,
     per_rank: bool,
     fail_if_slower: Option<f64>,
     min_share: f64,
@@ -57,6 +58,7 @@ pub fn diff_report<'py>(
         group_layers,
         tree: hierarchy,
         threshold: percentage("threshold", threshold)?,
+        min_change: percentage("min_change", min_change)?,
         per_rank,
         fail_if_slower: fail_if_slower.map(|p| percentage("fail_if_slower", p)).transpose()?,
         min_share: percentage("min_share", min_share)?,

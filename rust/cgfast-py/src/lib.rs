@@ -66,6 +66,7 @@ fn defaults(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::PyDict>> {
     // percentages, as the command line and `cgfast.diff` take them
     let diff = DiffOptions::default();
     defaults.set_item("threshold", diff.threshold * 100.0)?;
+    defaults.set_item("min_change", diff.min_change * 100.0)?;
     defaults.set_item("min_share", diff.min_share * 100.0)?;
     defaults.set_item("per_rank", diff.per_rank)?;
     Ok(defaults)

@@ -132,6 +132,7 @@ impl Diff {
             "method": "Hodges-Lehmann shift of per-replay times with its Mann-Whitney (Moses) interval",
             "confidence": CONFIDENCE,
             "threshold_pct": o.threshold * 100.0,
+            "min_change_pct": o.min_change * 100.0,
         });
         let fields = v.as_object_mut().expect("an object");
         if self.hierarchy.rolls_up() {

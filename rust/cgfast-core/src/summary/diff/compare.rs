@@ -15,6 +15,8 @@ pub(super) struct Compare<'a> {
     pub(super) jobs: usize,
     /// Compare graph by graph, this many (the comparison at hand).
     pub(super) graphs: Option<u32>,
+    /// A change under this many µs per replay is `same` (the comparison at hand).
+    pub(super) floor_us: f64,
 }
 
 /// A row to work out: a value (by id), or a dotted path with the values under it.
@@ -103,9 +105,10 @@ impl Compare<'_> {
             (_, None, _) => Verdict::Gone,
             (Some(b), Some(_), Some(s)) => {
                 let change = relative(s.estimate, b.median_us);
-                if s.low > 0.0 && change >= self.options.threshold {
+                let material = s.estimate.abs() >= self.floor_us;
+                if s.low > 0.0 && change >= self.options.threshold && material {
                     Verdict::Slower
-                } else if s.high < 0.0 && change <= -self.options.threshold {
+                } else if s.high < 0.0 && change <= -self.options.threshold && material {
                     Verdict::Faster
                 } else {
                     Verdict::Same
@@ -184,6 +187,7 @@ impl Compare<'_> {
             base.graphs_per_trace.iter().chain(&test.graphs_per_trace).copied().collect();
         let graphs = (counts.len() == 1).then(|| *counts.first().expect("one"));
         self.graphs = graphs.filter(|&g| g > 1);
+        self.floor_us = self.options.min_change * mean(base);
         let all = |g: &Group| Samples {
             replay: (0..g.busy_us.len() as u32).collect(),
             us: g.busy_us.clone(),
@@ -229,7 +233,6 @@ impl Compare<'_> {
                 .then_with(|| b.delta_us().abs().total_cmp(&a.delta_us().abs()))
                 .then_with(|| a.value.cmp(&b.value))
         });
-        let mean = |g: &Group| g.busy_us.iter().sum::<f64>() / g.busy_us.len().max(1) as f64;
         let mean_delta_us = mean(test) - mean(base);
         let changed: f64 =
             rows.iter().filter(|r| r.verdict != Verdict::Same).map(|r| r.contribution_us).sum();
@@ -351,4 +354,9 @@ pub(super) fn offenders(c: &Comparison, limit: f64, min_share: f64) -> Vec<Offen
         }
     }
     found
+}
+
+/// The mean busy time per replay of a side.
+fn mean(g: &Group) -> f64 {
+    g.busy_us.iter().sum::<f64>() / g.busy_us.len().max(1) as f64
 }

@@ -8,8 +8,9 @@
 //! compared over the replays it appears in; the total over all replays. The shift of
 //! test against base is the Hodges–Lehmann estimate with its 95% interval
 //! ([`diff_stats`](super::diff_stats)); a value is `slower` (`faster`) when its interval
-//! lies above (below) 0 and the estimate is at least the threshold of its base median,
-//! `same` otherwise, `new` or `gone` when one side has none of its kernels.
+//! lies above (below) 0 and the estimate is at least the threshold of its base median
+//! and at least `min_change` of the base's mean busy time per replay, `same` otherwise,
+//! `new` or `gone` when one side has none of its kernels.
 //!
 //! Traces that replay several graphs (a training step's forward and backward graphs)
 //! have values whose time per replay differs by graph; pooled, their replays form two
@@ -188,7 +189,7 @@ fn build(
     // Values of no replay (their kernels had no correlation) would have no row: keep the
     // tables as they are, rows skip values without samples.
     let [(base_pooled, base_ranks), (test_pooled, test_ranks)] = &sides;
-    let mut compare = Compare { tables: &tables, options, jobs, graphs: None };
+    let mut compare = Compare { tables: &tables, options, jobs, graphs: None, floor_us: 0.0 };
     let pooled = compare.compare(None, base_pooled, test_pooled, hierarchy.tree);
     let mut ranks = Vec::new();
     if options.per_rank {

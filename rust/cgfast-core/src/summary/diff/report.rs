@@ -11,6 +11,10 @@ use crate::summary::diff_stats::Shift;
 const DEFAULT_THRESHOLD: f64 = 0.02;
 /// Values with less than this share of the base's busy time are not gated.
 const DEFAULT_MIN_SHARE: f64 = 0.01;
+/// A change smaller than this share of the base's mean busy time per replay is `same`:
+/// on an H200, kernels of modules left unchanged moved by up to 0.01% of the replay when
+/// another layer was widened (memory placement, cache), surely but not of their doing.
+const DEFAULT_MIN_CHANGE: f64 = 0.001;
 
 /// What a diff compares by, and what it calls a change; `Default` holds the defaults the
 /// command line and the Python bindings show as theirs.
@@ -27,6 +31,8 @@ pub struct DiffOptions {
     pub tree: Option<bool>,
     /// A change smaller than this share of the base median is `same`.
     pub threshold: f64,
+    /// A change smaller than this share of the base's mean busy time per replay is `same`.
+    pub min_change: f64,
     /// Compare the traces of each rank apart too.
     pub per_rank: bool,
     /// The gate: fail when the total, or a value with at least `min_share` of the base's
@@ -44,6 +50,7 @@ impl Default for DiffOptions {
             group_layers: false,
             tree: None,
             threshold: DEFAULT_THRESHOLD,
+            min_change: DEFAULT_MIN_CHANGE,
             per_rank: false,
             fail_if_slower: None,
             min_share: DEFAULT_MIN_SHARE,

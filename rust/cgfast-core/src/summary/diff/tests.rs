@@ -154,6 +154,31 @@ fn a_changed_module_and_only_it_is_slower() {
 }
 
 #[test]
+fn a_sure_change_too_small_for_the_replay_is_the_same() {
+    // a 0.5 µs kernel 10% slower: 0.05 µs of a 125 µs replay, under 0.1% of it
+    let f = Files::new();
+    let base =
+        f.write("base.json", &trace_text(&model(30, 1, &|_| 1.0, Some((Some("tiny"), "cast", 0.5))), ""));
+    let test =
+        f.write("test.json", &trace_text(&model(30, 2, &|_| 1.0, Some((Some("tiny"), "cast", 0.55))), ""));
+    let d = diff(&[&base], &[&test], &DiffOptions::default()).unwrap();
+    let tiny = row(&d.pooled, Some("tiny"));
+    assert!(tiny.shift.unwrap().low > 0.0 && tiny.relative().unwrap() > 0.09, "{tiny:?}");
+    assert_eq!(tiny.verdict, Verdict::Same);
+    let off = DiffOptions { min_change: 0.0, ..DiffOptions::default() };
+    let d = diff(&[&base], &[&test], &off).unwrap();
+    assert_eq!(row(&d.pooled, Some("tiny")).verdict, Verdict::Slower);
+    assert_eq!(tree_row(&d.pooled, "tiny").verdict, Verdict::Slower);
+    // a floor above the change of c.x (2 µs, 1.6% of the replay) calls it the same
+    let slow = |m: &str| if m == "c.x" { 1.1 } else { 1.0 };
+    let test = f.write("slow.json", &trace_text(&model(30, 2, &slow, Some((Some("tiny"), "cast", 0.5))), ""));
+    let high = DiffOptions { min_change: 0.02, ..DiffOptions::default() };
+    assert_eq!(row(&diff(&[&base], &[&test], &high).unwrap().pooled, Some("c.x")).verdict, Verdict::Same);
+    let low = DiffOptions { min_change: 0.01, ..DiffOptions::default() };
+    assert_eq!(row(&diff(&[&base], &[&test], &low).unwrap().pooled, Some("c.x")).verdict, Verdict::Slower);
+}
+
+#[test]
 fn new_and_gone_values_and_kernels() {
     let f = Files::new();
     let base =
