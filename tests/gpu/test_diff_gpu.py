@@ -15,7 +15,9 @@ run as a script), as two runs of a program being compared would:
     line shows the change;
 (c) compiled with ``torch.compile(mode="reduce-overhead")`` and cgfast's Inductor toggle
     on, Inductor's ``max_fusion_size`` set to 1 (no fusion) in the second run: the
-    kernels change (names on one side only) and the busy time per replay is slower.
+    kernels change (names on one side only, more per replay), the busy time per replay
+    grows (its interval above 0), every value called slower or faster is one whose
+    kernels changed, and the RMSNorms, whose one fused kernel splits in two, are slower.
 
 GPU timing noise: each process replays its graph for a few seconds before profiling
 (clocks up, caches and allocator settled), the profiler's schedule drops its warm-up
@@ -313,10 +315,24 @@ def test_compiled_with_an_inductor_option_changed(tmp_path):
     assert report["by"] == "module", table
     # Inductor's brackets name modules on both sides
     assert sum(1 for r in report["rows"] if r["value"] and r["value"].startswith("model.layers.")) > 5, table
-    # without fusion: more kernels per replay, kernels of other names, more time
+    # without fusion: more kernels per replay, kernels of other names, more time surely
+    # (how much more depends on the GPU: +1.9% on an H200, under the 2% threshold)
     assert figures["kernels_per_replay"][1] > figures["kernels_per_replay"][0], table
     assert only_one_side, table
-    assert report["total"]["verdict"] == "slower", table
+    assert report["total"]["ci_us"][0] > 0, table
+    # a value that changed is one whose kernels changed: kernels of a name on one side
+    # only, or more or fewer of them per replay
+    for r in report["rows"]:
+        if r["verdict"] in ("slower", "faster"):
+            names = r["kernels"]["names"]
+            kernels = (r["base"]["kernels_per_replay"], r["test"]["kernels_per_replay"])
+            assert any(k["side"] != "both" for k in names) or kernels[0] != kernels[1], (r["value"], table)
+    split = [
+        r["value"]
+        for r in report["rows"]
+        if r["value"] and r["value"].endswith("layernorm") and r["verdict"] in ("slower", "new")
+    ]
+    assert split, table
 
 
 if __name__ == "__main__":
