@@ -274,6 +274,8 @@ def test_a_sure_change_too_small_for_the_replay_is_the_same(tmp_path):
     assert method.endswith(
         "same: the interval holds 0 or the change is under 2.0% of the value or under 0.1% of the busy time per replay"
     )
+    method = cgfast("diff", base, test, "--min-change", "0.23").stdout.splitlines()[1]
+    assert method.endswith("or under 0.23% of the busy time per replay")
     method = cgfast("diff", base, test, "--min-change", "0").stdout.splitlines()[1]
     assert method.endswith("same: the interval holds 0 or the change is under 2.0%")
 

@@ -7,7 +7,8 @@ replay (the median of all test-minus-base differences between one replay of each
 ``ci_us`` its distribution-free 95% confidence interval from the Mann-Whitney U
 distribution. ``verdict`` is ``"slower"`` or ``"faster"`` when the interval lies above or
 below 0 and the change is at least ``threshold`` percent of the base median and at least
-``min_change`` percent of the base's mean busy time per replay, ``"same"`` otherwise, ``"new"`` or ``"gone"`` when one side has none of the value's kernels.
+``min_change`` percent of the base's mean busy time per replay, ``"same"`` otherwise,
+``"new"`` or ``"gone"`` when one side has none of the value's kernels.
 
 Importing this module imports neither pandas nor torch.
 """
@@ -51,8 +52,8 @@ def diff(
     ``cgfast summary`` does; ``hierarchy`` compares every dotted path with the paths under
     it (``tree``) and draws the icicle in an HTML ``chart`` (``None``: for module paths and
     rolled-up values). ``threshold``, ``min_change``, ``fail_if_slower`` and ``min_share``
-    are percent, as on the command line; with ``fail_if_slower`` the report's ``gate`` says whether it
-    failed and names each offender. ``per_rank`` adds ``ranks``, a comparison per rank.
+    are percent, as on the command line; with ``fail_if_slower`` the report's ``gate``
+    says whether it failed and names each offender. ``per_rank`` adds ``ranks``, a comparison per rank.
     ``chart``: also write a ``.svg`` or ``.html`` chart there. ``frame="pandas"``: ``rows``
     (and ``tree``) as pandas DataFrames, nested fields flattened (``base_median_us``, ...).
 

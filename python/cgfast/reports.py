@@ -255,9 +255,9 @@ class SummaryReport(_SummaryReport, total=False):
 class DiffReport(TypedDict, total=False):
     """The report, as ``cgfast diff --format json`` prints it (``rows`` and ``tree`` are
     pandas DataFrames with ``frame="pandas"``). Present in every report: ``by``,
-    ``by_default``, ``by_note``, ``method``, ``confidence``, ``threshold_pct``, ``min_change_pct``,
-    ``traces``,
-    ``base``, ``test``, ``total``, ``mean_delta_us``, ``explained``, ``rows``, ``notes``;
+    ``by_default``, ``by_note``, ``method``, ``confidence``, ``threshold_pct``,
+    ``min_change_pct``, ``traces``, ``base``, ``test``, ``total``, ``mean_delta_us``,
+    ``explained``, ``rows``, ``notes``;
     ``tree`` for module paths (or ``hierarchy=True``), ``depth`` and ``group_layers`` for
     rolled-up values, ``ranks`` with ``per_rank``, ``gate`` with ``fail_if_slower``."""
 

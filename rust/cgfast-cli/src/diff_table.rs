@@ -349,7 +349,7 @@ fn same_when(diff: &Diff) -> String {
         format!(
             "under {:.1}% of the value or under {}% of the busy time per replay",
             o.threshold * 100.0,
-            o.min_change * 100.0
+            number(Some(o.min_change * 100.0), 3)
         )
     } else {
         format!("under {:.1}%", o.threshold * 100.0)

@@ -19,7 +19,8 @@ fn percentage(name: &str, value: f64) -> PyResult<f64> {
 /// The diff of the annotated traces `test` against `base` as a dict: what `cgfast diff
 /// --format json` prints. Each side: a path or an iterable of paths (traces,
 /// directories searched for `*.annotated.json[.gz]`, glob patterns). Percentages
-/// (`threshold`, `min_change`, `fail_if_slower`, `min_share`) are in percent, as on the command line.
+/// (`threshold`, `min_change`, `fail_if_slower`, `min_share`) are in percent, as on the
+/// command line.
 /// Raises `TraceError` for a trace that cannot be read, a side without graphed replays
 /// or a key one side carries and the other does not. Every option is given
 /// (`cgfast.diff` fills in the core's defaults); the run stops when `cancel` (or Ctrl-C
