@@ -31,9 +31,10 @@ they first run.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 from cgfast import annotations as _annotation_files
+from cgfast.capture._all_modules import AllModuleAnnotations, annotate_all_modules
 from cgfast.capture._graphs import remap_to_exec_graph
 from cgfast.capture._modules import ModuleAnnotations, annotate_modules
 from cgfast.capture._patches import install, uninstall
@@ -48,7 +49,9 @@ from cgfast.capture._runtime import runtime as _runtime_state
 from cgfast.capture._scopes import lane_for, mark_kernels, mark_stream
 
 __all__ = [
+    "AllModuleAnnotations",
     "ModuleAnnotations",
+    "annotate_all_modules",
     "annotate_modules",
     "annotations_enabled",
     "backend",
@@ -120,16 +123,24 @@ def drop_graph_annotations(graph_ids: Union[int, Iterable[int]]) -> None:
 def save_annotations(
     path: str | os.PathLike[str],
     annotations: Optional[Mapping[int, list]] = None,
+    *,
+    traces: Optional[Sequence[str]] = None,
 ) -> None:
     """Write annotations in the trace processor's format (gzip for ``.gz``), atomically.
-    Without ``annotations``, the recorded ones, graph topology and launch stacks."""
+    Without ``annotations``, the recorded ones, graph topology and launch stacks.
+    ``traces``: the paths of the traces this process exported, which ``cgfast annotate``
+    then pairs with this file wherever they are (``cgfast run`` lists them)."""
     if annotations is None:
         recorder = _runtime_state.recorder
         _annotation_files.save_annotations(
-            path, dict(recorder.annotations), graphs=recorder.topology(), stacks=recorder.stacks()
+            path,
+            dict(recorder.annotations),
+            graphs=recorder.topology(),
+            stacks=recorder.stacks(),
+            traces=traces,
         )
     else:
-        _annotation_files.save_annotations(path, annotations)
+        _annotation_files.save_annotations(path, annotations, traces=traces)
 
 
 def load_annotations(path: str | os.PathLike[str]) -> Dict[int, list]:

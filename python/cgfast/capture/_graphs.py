@@ -163,6 +163,8 @@ def notice_a_capture_begun_earlier() -> None:
     ``torch.cuda.graph``) was not counted: until it ends, scopes ask the driver."""
     if not runtime.enabled or runtime.captures_in_progress or runtime.uncounted_capture:
         return
+    if not runtime.backend_chosen:
+        return  # annotations went on to choose it at the first capture (cgfast run)
     backend = runtime.backend()
     if backend is None:
         return

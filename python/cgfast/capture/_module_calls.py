@@ -56,7 +56,14 @@ def module_call(self, *args, **kwargs):
     if is_compiling() or not state.module_calls_record:
         return call(self, *args, **kwargs)
     entry = state.modules.get(self)
-    if entry is None or not state.enabled or (entry[3] and _launches_nothing(self)):
+    if entry is None:
+        naming = state.module_naming
+        if naming is None or not state.enabled:
+            return call(self, *args, **kwargs)
+        entry = naming.entry_for(self)
+        if entry is None:
+            return call(self, *args, **kwargs)
+    if not state.enabled or (entry[3] and _launches_nothing(self)):
         return call(self, *args, **kwargs)
     backend = state.backend()
     position = _position(backend) if backend is not None else None

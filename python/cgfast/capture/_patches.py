@@ -111,6 +111,8 @@ def _wrapped(name: str, original):
     if name == "capture_begin":
 
         def capture_begin(self, *args, **kwargs):
+            if runtime.enabled and not runtime.backend_chosen:
+                _choose_backend()  # before the capture: annotations went on without choosing
             original(self, *args, **kwargs)
             runtime.capture_began()
             _capture_changed()
@@ -181,6 +183,11 @@ def _profiler_flag() -> Any:
     return _Asking()
 
 
+@never_raises("choosing the graph node id source at a capture's begin")
+def _choose_backend() -> None:
+    runtime.backend()
+
+
 @never_raises("updating annotation hooks at a capture's begin or end")
 def _capture_changed() -> None:
     sync()
@@ -243,9 +250,13 @@ def _sync_module_calls() -> None:
     so it is not done per capture); they do work only while a capture may be under way."""
     with runtime.modules_lock:
         wrapped = bool(_applied(MODULE_CALLS))
-        if runtime.modules and not wrapped:
+        # annotate_all_modules wraps them from the first capture on (programs that never
+        # capture keep torch's own)
+        naming = runtime.module_naming is not None
+        capturing = runtime.captures_in_progress > 0 or runtime.uncounted_capture
+        if not wrapped and (runtime.modules or (naming and capturing)):
             _wrap_module_calls()
-        elif wrapped and not runtime.modules:
+        elif wrapped and not runtime.modules and not naming:
             _undo(MODULE_CALLS)
 
 

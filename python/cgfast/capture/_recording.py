@@ -9,10 +9,16 @@ from cgfast.capture import _patches, _stacks
 from cgfast.capture._runtime import runtime
 
 
-def enable_annotations() -> None:
+def enable_annotations(*, choose_backend: bool = True) -> None:
     """Record annotations from now on: choose the id source, if not done yet, and
     :func:`install` the patches, so every capture through ``torch.cuda.CUDAGraph`` is
-    resolved and remapped by itself and scopes outside a capture ask no driver."""
+    resolved and remapped by itself and scopes outside a capture ask no driver.
+    With ``choose_backend=False`` the id source is chosen when the first capture
+    begins, so that a process that never captures never calls the driver."""
+    if not choose_backend:
+        _patches.install()  # before annotations go on: installing then chooses
+        runtime.switch_on()
+        return
     runtime.switch_on()
     runtime.backend()
     _patches.install()

@@ -65,6 +65,7 @@ class CaptureRuntime:
         "module_call_of_torch",
         "module_calls_record",
         "module_frames",
+        "module_naming",
         "modules",
         "modules_lock",
         "patched_classes",
@@ -126,6 +127,9 @@ class CaptureRuntime:
         # -- annotate_modules -----------------------------------------------------------
         self.modules: Dict[Any, ModuleEntry] = {}
         self.modules_lock = threading.RLock()
+        # the annotate_all_modules handle, which registers the modules of models called
+        # during captures as they are first called (see _all_modules), or None
+        self.module_naming: Optional[Any] = None
         # whether module calls do work: a handle is active and a capture may be under way
         self.module_calls_record = False
         # .open: the annotated module calls under way on a thread, innermost last:
@@ -312,25 +316,36 @@ class CaptureRuntime:
         self._update_module_calls_record()
 
     def _update_module_calls_record(self) -> None:
-        self.module_calls_record = bool(self.modules) and (
+        self.module_calls_record = (bool(self.modules) or self.module_naming is not None) and (
             self.captures_in_progress > 0 or self.uncounted_capture or self.patched_classes == 0
         )
 
     # -- annotate_modules ---------------------------------------------------------------
 
-    def add_modules(self, entries: Dict[Any, ModuleEntry]) -> None:
+    def add_modules(self, entries: Dict[Any, ModuleEntry], *, during_call: bool = False) -> None:
         """Register ``entries`` (module -> entry); ``ValueError`` naming the first module
-        another active handle annotates, registering nothing."""
+        another active handle annotates, registering nothing. ``during_call``: from
+        inside a module call, whose open frames stay as they are."""
         with self.modules_lock:
             for module in entries:
                 owner = self.modules.get(module)
-                if owner is not None:
+                if owner is not None and not getattr(owner[0], "yields_to_handles", False):
                     name = owner[1][owner[0].key]
                     raise ValueError(
                         f"annotate_modules: module {name!r} ({type(module).__name__}) is already "
                         "annotated by another active handle; remove() that one first"
                     )
             self.modules.update(entries)
+            if during_call:
+                with self._count_lock:
+                    self._update_module_calls_record()
+            else:
+                self._modules_changed()
+
+    def set_module_naming(self, handle: Optional[Any]) -> None:
+        """The ``annotate_all_modules`` handle from now on (``None``: none)."""
+        with self.modules_lock:
+            self.module_naming = handle
             self._modules_changed()
 
     def remove_modules(self, handle: Any, modules: List[Any]) -> None:
