@@ -1,4 +1,5 @@
-"""The `cgfast` console script: runs the Rust command line in this process."""
+"""The `cgfast` console script: runs the Rust command line in this process (``cgfast run``,
+which starts programs under Python's start-up hook, is the package's own)."""
 
 import signal
 import sys
@@ -11,6 +12,11 @@ def _stop(signum, frame):
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["run"]:
+        # a Python command: it starts the program under Python's start-up hook
+        from cgfast.run._command import main as run
+
+        sys.exit(run(sys.argv[2:]))
     # SIGTERM stops a run like Ctrl-C: temporaries removed, one line, status 130
     signal.signal(signal.SIGTERM, _stop)
     try:

@@ -41,9 +41,21 @@ enum Command {
     /// and how sure: each graph replay a sample, a 95% interval of each change, and a
     /// gate for CI (--fail-if-slower, exit status 3).
     Diff(diff::Args),
+    /// Run a command with cgfast active in every Python process it starts (no edit to the
+    /// program): captures recorded, modules named, annotations saved at each trace
+    /// export. Part of the Python package's `cgfast` (`cgfast run --help` there).
+    Run(RunArgs),
 }
 
-const SUBCOMMANDS: &[&str] = &["annotate", "summary", "diff", "help"];
+/// `cgfast run` belongs to the Python package: its start-up hook is Python.
+#[derive(clap::Args)]
+#[command(disable_help_flag = true)]
+struct RunArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    rest: Vec<OsString>,
+}
+
+const SUBCOMMANDS: &[&str] = &["annotate", "summary", "diff", "run", "help"];
 
 /// The exit status of a run stopped by SIGINT or SIGTERM (128 + SIGINT, as shells do).
 pub const INTERRUPTED: i32 = 130;
@@ -104,6 +116,13 @@ where
         .map(|()| 0),
         Command::Summary(a) => summary::run(a, cancel).map(|()| 0),
         Command::Diff(a) => diff::run(a, cancel),
+        Command::Run(_) => {
+            eprintln!(
+                "cgfast: error: `cgfast run` is the Python package's (it starts programs under Python's \
+                 start-up hook): pip install cgfast, then run that package's `cgfast run` or `python -m cgfast run`"
+            );
+            Ok(2)
+        }
     });
     match result {
         Ok(Ok(status)) => status,

@@ -1,0 +1,78 @@
+"""A program run under ``cgfast run`` by tests/test_run.py that captures on the fake
+graph driver (tests/fake_graph_driver.py: no GPU needed), then profiles and exports a
+trace wherever it is told, as a program's own profiler does.
+
+    python fake_capture.py TRACE [--fork-child] [--exit-without-export] [--no-capture]
+
+Every aten op the model runs during the capture launches a fake kernel named after it,
+so the recorded module of each node is known: an ``nn.Sequential`` of Linear, ReLU,
+Linear gives nodes of modules ``0``, ``1`` and ``2``.
+"""
+
+import argparse
+import multiprocessing
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from cgfast.capture._patches import patch_class
+from cgfast.capture._runtime import runtime
+from fake_graph_driver import FakeCUDAGraph, FakeGraphDriver, capturing
+
+
+class LaunchEachOp(TorchDispatchMode):
+    def __init__(self, driver):
+        super().__init__()
+        self.driver = driver
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.driver.launch(str(func))
+        return out
+
+
+def capture_model() -> None:
+    driver = FakeGraphDriver()
+    runtime.use_backend(driver.backend())
+    patch_class(FakeCUDAGraph)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+    x = torch.randn(2, 8)
+    graph = FakeCUDAGraph(driver)
+    with torch.no_grad(), capturing(graph), LaunchEachOp(driver):
+        model(x)
+
+
+def export_trace(path: str) -> None:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        torch.ones(4).add_(1)
+    prof.export_chrome_trace(path)
+
+
+def forked_child() -> None:
+    print(f"child {os.getpid()} inherited {len(runtime.recorder.annotations)} annotations", file=sys.stderr)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("trace")
+    parser.add_argument("--fork-child", action="store_true")
+    parser.add_argument("--exit-without-export", action="store_true")
+    parser.add_argument("--no-capture", action="store_true")
+    args = parser.parse_args()
+    if not args.no_capture:
+        capture_model()
+    if args.fork_child:
+        child = multiprocessing.get_context("fork").Process(target=forked_child)
+        child.start()
+        child.join()
+    if not args.exit_without_export:
+        export_trace(args.trace)
+    print("program output")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,347 @@
+"""``cgfast run -- COMMAND`` on the CPU: the start-up hook in every kind of child process,
+the program's own stdout, stdin, exit status and signals, no trace of cgfast outside the
+run, annotation files saved at each export and at exit (captures on the fake driver),
+a hidden sitecustomize still run, and one-line failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+pytest.importorskip("torch")
+
+from cgfast import load_annotations
+from cgfast.annotations import load_graphs
+from helpers import CGFAST_BIN
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROGRAMS = os.path.join(HERE, "run_programs")
+REPO = os.path.dirname(HERE)
+
+
+def cgfast_run(*args, input=None, env=None, cwd=None, timeout=240):
+    """``cgfast run ARGS`` through the console script's code, as users start it."""
+    return subprocess.run(
+        [sys.executable, "-m", "cgfast", "run", *map(str, args)],
+        input=input,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=timeout,
+    )
+
+
+def program(name):
+    return os.path.join(PROGRAMS, name)
+
+
+def states(results):
+    found = []
+    for name in sorted(os.listdir(results)):
+        with open(os.path.join(results, name)) as f:
+            found.append(json.load(f))
+    return found
+
+
+def assert_set_up(state):
+    assert state["recording"] and state["modules_named"] and state["exports_saved"], state
+    assert not state["id_source_chosen"], state  # chosen at the first capture, not before
+    assert state["inherited_annotations"] == 0, state
+
+
+@pytest.mark.parametrize("how", ["spawn", "forkserver", "fork", "subprocess"])
+def test_every_kind_of_child_process_is_set_up(tmp_path, how):
+    results = tmp_path / "results"
+    results.mkdir()
+    done = cgfast_run(
+        "--out", tmp_path / "out", "--", sys.executable, program("report_state.py"), results, how
+    )
+    assert done.returncode == 0, done.stderr
+    found = states(results)
+    assert len(found) == 2 and len({s["pid"] for s in found}) == 2
+    for state in found:
+        assert_set_up(state)
+
+
+def test_torchrun_workers_are_set_up(tmp_path):
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
+    if torchrun is None:
+        pytest.skip("torchrun is not installed beside this Python")
+    results = tmp_path / "results"
+    results.mkdir()
+    done = cgfast_run(
+        "--out",
+        tmp_path / "out",
+        "--",
+        torchrun,
+        "--nproc-per-node",
+        "2",
+        program("torchrun_worker.py"),
+        results,
+    )
+    assert done.returncode == 0, done.stderr
+    found = states(results)
+    assert sorted(s["role"] for s in found) == ["rank0", "rank1"]
+    for state in found:
+        assert_set_up(state)
+
+
+def test_nothing_outside_the_run(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    before = dict(os.environ)
+    done = cgfast_run("--out", tmp_path / "out", "--", sys.executable, "-c", "pass")
+    assert done.returncode == 0
+    assert dict(os.environ) == before
+    # the same program started outside cgfast run: no hook
+    subprocess.run([sys.executable, program("report_state.py"), str(results), "none"], check=True)
+    (state,) = states(results)
+    assert not state["recording"] and not state["modules_named"] and not state["exports_saved"]
+
+
+def test_stdout_stdin_and_exit_status_are_the_programs(tmp_path):
+    script = "import sys; data = sys.stdin.read(); print(data.upper(), end=''); sys.exit(7)"
+    done = cgfast_run("--out", tmp_path / "out", "--", sys.executable, "-c", script, input="piped in\n")
+    assert done.stdout == "PIPED IN\n"  # nothing of cgfast's
+    assert done.returncode == 7
+    lines = done.stderr.splitlines()
+    assert lines[0].startswith("cgfast run: annotations of every Python process go to ")
+    assert "exited with status 7" in done.stderr
+
+
+def test_a_program_that_fails_keeps_its_error_and_status(tmp_path):
+    done = cgfast_run("--out", tmp_path / "out", "--", sys.executable, "-c", "raise SystemExit('it broke')")
+    assert done.returncode == 1
+    assert "it broke" in done.stderr
+    done = cgfast_run("--out", tmp_path / "out", "--", sys.executable, "-c", "1/0")
+    assert done.returncode == 1 and "ZeroDivisionError" in done.stderr
+
+
+def _start(tmp_path, script):
+    (tmp_path / "program.py").write_text(textwrap.dedent(script))
+    started = tmp_path / "started"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cgfast",
+            "run",
+            "--out",
+            str(tmp_path / "out"),
+            "--",
+            sys.executable,
+            "program.py",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not started.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    return proc
+
+
+@pytest.mark.parametrize("signum,status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_signals_reach_the_program_and_its_status_is_returned(tmp_path, signum, status):
+    proc = _start(
+        tmp_path,
+        """
+        import pathlib, time
+        pathlib.Path("started").touch()
+        time.sleep(60)
+        """,
+    )
+    proc.send_signal(signum)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == status, err
+    assert f"exited with status {status}" in err
+
+
+def test_a_program_handling_sigterm_decides_its_status(tmp_path):
+    proc = _start(
+        tmp_path,
+        """
+        import pathlib, signal, sys, time
+        signal.signal(signal.SIGTERM, lambda *_: (print("cleaned up"), sys.exit(3)))
+        pathlib.Path("started").touch()
+        time.sleep(60)
+        """,
+    )
+    proc.send_signal(signal.SIGTERM)
+    out, _err = proc.communicate(timeout=60)
+    assert (proc.returncode, out) == (3, "cleaned up\n")
+
+
+def test_annotations_are_saved_at_each_export_listing_the_trace(tmp_path):
+    out = tmp_path / "out"
+    trace = tmp_path / "elsewhere" / "worker0.1.pt.trace.json"
+    trace.parent.mkdir()
+    done = cgfast_run("--out", out, "--", sys.executable, program("fake_capture.py"), trace)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "program output\n"
+    (name,) = os.listdir(out)
+    assert name.startswith("kernel_annotations_rank0_") and name.endswith(".json")
+    annotations = load_annotations(out / name)
+    modules = sorted({item["module"] for items in annotations.values() for item in items})
+    assert modules == ["0", "1", "2"]
+    assert load_graphs(out / name)
+    with open(out / name) as f:
+        assert json.load(f)["traces"] == [str(trace)]
+    assert trace.exists()
+    assert "annotations  1 file (rank 0)" in done.stderr and f"cgfast annotate {out}" in done.stderr
+
+
+def test_annotations_are_saved_at_exit_and_a_process_that_captured_nothing_writes_nothing(tmp_path):
+    out = tmp_path / "out"
+    done = cgfast_run(
+        "--out",
+        out,
+        "--",
+        sys.executable,
+        program("fake_capture.py"),
+        tmp_path / "t.json",
+        "--exit-without-export",
+    )
+    assert done.returncode == 0, done.stderr
+    (name,) = os.listdir(out)
+    with open(out / name) as f:
+        assert "traces" not in json.load(f)
+    shutil.rmtree(out)
+    done = cgfast_run(
+        "--out", out, "--", sys.executable, program("fake_capture.py"), tmp_path / "t.json", "--no-capture"
+    )
+    assert done.returncode == 0, done.stderr
+    assert os.listdir(out) == []
+    assert "annotations  none in" in done.stderr and "no process captured a CUDA graph" in done.stderr
+
+
+def test_a_forked_child_forgets_what_its_parent_recorded(tmp_path):
+    out = tmp_path / "out"
+    done = cgfast_run(
+        "--out", out, "--", sys.executable, program("fake_capture.py"), tmp_path / "t.json", "--fork-child"
+    )
+    assert done.returncode == 0, done.stderr
+    assert "inherited 0 annotations" in done.stderr
+    assert len(os.listdir(out)) == 1  # the parent's; the child captured nothing
+
+
+def test_the_hidden_sitecustomize_still_runs(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import os\nos.environ['HIDDEN_SITECUSTOMIZE'] = 'ran'\n")
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    script = "import os, cgfast.run._process as p; print(os.environ.get('HIDDEN_SITECUSTOMIZE'))"
+    done = cgfast_run("--out", tmp_path / "out", "--", sys.executable, "-c", script, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "ran\n"
+
+
+def test_a_failure_in_the_hook_is_one_warning_and_the_program_runs_on(tmp_path):
+    startup = os.path.join(REPO, "python", "cgfast", "run", "startup")
+    env = {**os.environ, "PYTHONPATH": startup, "CGFAST_RUN": "{not json"}
+    done = subprocess.run(
+        [sys.executable, "-c", "print('ran')"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and done.stdout == "ran\n"
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("cgfast run: warning: starting recording failed")
+
+
+def test_a_failed_save_is_one_warning_and_the_program_keeps_its_status(tmp_path):
+    out = tmp_path / "out"
+    script = textwrap.dedent(
+        f"""
+        import runpy, shutil, sys
+        shutil.rmtree({str(out)!r})   # the run's directory is gone before the export
+        sys.argv = ["fake_capture.py", {str(tmp_path / "t.json")!r}]
+        runpy.run_path({program("fake_capture.py")!r}, run_name="__main__")
+        sys.exit(4)
+        """
+    )
+    done = cgfast_run("--out", out, "--", sys.executable, "-c", script)
+    assert done.returncode == 4
+    assert done.stdout == "program output\n"
+    (warning,) = [line for line in done.stderr.splitlines() if "warning" in line]
+    assert warning.startswith("cgfast run: warning: saving the annotations")
+    assert warning.endswith("its annotations are not saved")
+    assert f"{out} is gone" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "out,message",
+    [
+        ("missing/parent/out", "does not exist"),
+        ("a_file", "not a directory"),
+        ("/proc/cgfast-run-test", "cannot write there"),
+    ],
+)
+def test_a_bad_out_is_one_line_before_the_program_starts(tmp_path, out, message):
+    (tmp_path / "a_file").write_text("")
+    marker = tmp_path / "ran"
+    done = cgfast_run("--out", out, "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')", cwd=tmp_path)
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("cgfast run: error: --out") and message in line
+    assert not marker.exists()
+
+
+def test_no_command_and_a_missing_command(tmp_path):
+    done = cgfast_run("--out", tmp_path / "out")
+    assert done.returncode == 2 and "no command given" in done.stderr
+    done = cgfast_run("--out", tmp_path / "out", "--", "no-such-command-cgfast")
+    assert done.returncode == 127
+    assert "cgfast run: error: no-such-command-cgfast: command not found" in done.stderr
+
+
+def test_flags_turn_each_part_off(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    done = cgfast_run(
+        "--out",
+        tmp_path / "out",
+        "--no-modules",
+        "--",
+        sys.executable,
+        program("report_state.py"),
+        results,
+        "none",
+    )
+    assert done.returncode == 0, done.stderr
+    (state,) = states(results)
+    assert state["recording"] and not state["modules_named"]
+    shutil.rmtree(results)
+    results.mkdir()
+    done = cgfast_run(
+        "--out",
+        tmp_path / "out",
+        "--no-record",
+        "--",
+        sys.executable,
+        program("report_state.py"),
+        results,
+        "none",
+    )
+    (state,) = states(results)
+    assert not state["recording"] and not state["modules_named"] and state["exports_saved"]
+    assert "recording only what the program asks for" in done.stderr
+
+
+def test_the_standalone_binary_says_it_needs_the_package():
+    if not CGFAST_BIN.exists():
+        pytest.skip("the standalone binary is not built (cargo build --release)")
+    done = subprocess.run([str(CGFAST_BIN), "run", "--", "python", "x.py"], capture_output=True, text=True)
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    assert "is the Python package's" in line
