@@ -201,6 +201,7 @@ def test_annotations_are_saved_at_each_export_listing_the_trace(tmp_path):
         assert json.load(f)["traces"] == [str(trace)]
     assert trace.exists()
     assert "annotations  1 file (rank 0)" in done.stderr and f"cgfast annotate {out}" in done.stderr
+    assert "traces       1 exported by the program" in done.stderr
 
 
 def test_annotations_are_saved_at_exit_and_a_process_that_captured_nothing_writes_nothing(tmp_path):
@@ -218,6 +219,7 @@ def test_annotations_are_saved_at_exit_and_a_process_that_captured_nothing_write
     (name,) = os.listdir(out)
     with open(out / name) as f:
         assert "traces" not in json.load(f)
+    assert "traces       none exported: profile the program" in done.stderr
     shutil.rmtree(out)
     done = cgfast_run(
         "--out", out, "--", sys.executable, program("fake_capture.py"), tmp_path / "t.json", "--no-capture"

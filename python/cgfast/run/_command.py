@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import glob
+import json
 import os
 import re
 import signal
@@ -252,6 +253,15 @@ def annotation_files(out: str) -> List[str]:
     return sorted(os.path.join(out, n) for n in names if ANNOTATION_FILE.match(n))
 
 
+def listed_traces(annotation_file: str) -> List[str]:
+    """The traces an annotation file lists (those its process exported)."""
+    try:
+        with open(annotation_file, encoding="utf-8") as f:
+            return list(json.load(f).get("traces", []))
+    except (OSError, ValueError, AttributeError):
+        return []
+
+
 def report(settings: RunSettings, command: List[str], status: int, depth: int) -> None:
     """The block at the end (on stderr)."""
     out = settings.out
@@ -269,9 +279,12 @@ def report(settings: RunSettings, command: List[str], status: int, depth: int) -
     if settings.profile is not None and files:
         lines += profile_report(out, depth)
     elif files:
-        lines.append(
-            f"  next         cgfast annotate {out}    # every trace the program exported, with its process's file"
-        )
+        exported = sum(len(listed_traces(f)) for f in files)
+        if exported:
+            lines.append(f"  traces       {exported} exported by the program, listed in those files")
+            lines.append(f"  next         cgfast annotate {out}    # each trace with its process's annotations")
+        else:
+            lines.append("  traces       none exported: profile the program (its own profiler, or cgfast run --profile)")
     print("\n".join(lines), file=sys.stderr)
 
 
