@@ -128,14 +128,23 @@ def test_annotate_modules_takes_precedence(fake, naming):
     assert recorded(g, launcher.expected) == launcher.expected
 
 
-def test_a_second_handle_is_refused(naming):
-    with pytest.raises(ValueError, match="annotate_all_modules is active already"):
-        capture.annotate_all_modules()
+def test_handles_share_one_naming_until_the_last_is_removed(fake, naming):
+    with pytest.raises(ValueError, match="is active already: another key or backward"):
+        capture.annotate_all_modules(key="layer")
+    second = capture.annotate_all_modules()  # as a program does under cgfast run
+    naming.remove()
+    model = torch.nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+    g, launcher = capture_call(fake, model, lambda: model(x))
+    assert recorded(g, launcher.expected) == launcher.expected  # the second still names
+    second.remove()
+    assert runtime.module_naming is None and runtime.modules == {}
 
 
 def test_a_compiled_module_is_named_as_the_module_it_compiles(fake, naming):
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
     compiled = torch.compile(model, backend="eager")
+    naming = runtime.module_naming
     entries = naming.entry_for(compiled)
     assert entries == (naming, {"module": ""}, {"module": "", "autograd_phase": "backward"}, False)
     assert runtime.modules[model[0]][1] == {"module": "0"}

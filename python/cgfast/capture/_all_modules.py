@@ -1,13 +1,15 @@
 """``annotate_all_modules``: every ``nn.Module`` that runs during a capture is named by its
 path from the outermost module called (the model), with no handle on the model.
 
-The handle is the runtime's ``module_naming``. The first time a module no handle
-registered is called during a capture, the module-call wrapper asks it for an entry:
-it finds the outermost module call under way on the thread (torch's ``Module.__call__``
-frames, also those begun before the capture or before the wrapper was put in), and
-registers that model's modules as ``annotate_modules(model)`` would, so what is
-recorded is the same. A module outside the tree of the model calling it is left
-unregistered, as ``annotate_modules`` leaves it. Handles of ``annotate_modules`` take precedence: they replace these entries.
+While a handle is active the runtime's ``module_naming`` is a :class:`ModuleNaming`
+(one, however many handles share it). The first time a module no handle registered is
+called during a capture, the module-call wrapper asks it for an entry: it finds the
+outermost module call under way on the thread (torch's ``Module.__call__`` frames, also
+those begun before the capture or before the wrapper was put in), and registers that
+model's modules as ``annotate_modules(model)`` would, so what is recorded is the same.
+A module outside the tree of the model calling it is left unregistered, as
+``annotate_modules`` leaves it. Handles of ``annotate_modules`` take precedence: they
+replace these entries.
 """
 
 from __future__ import annotations
@@ -21,74 +23,31 @@ from cgfast.capture._backward import BACKWARD_PHASE
 from cgfast.capture._runtime import ModuleEntry, never_raises, runtime
 
 
-class AllModuleAnnotations:
-    """What :func:`annotate_all_modules` returns: ``remove()`` (or leaving its ``with``
-    block) stops naming modules; removing twice is harmless."""
+class ModuleNaming:
+    """The runtime's ``module_naming`` while any :class:`AllModuleAnnotations` handle is
+    active: it registers the models it meets (see the module's doc) and owns their
+    entries."""
 
-    # entries of this handle give way to an annotate_modules handle's (see add_modules)
+    # its entries give way to an annotate_modules handle's (see add_modules)
     yields_to_handles = True
 
-    def __init__(
-        self,
-        *,
-        key: str,
-        backward: bool,
-        stacks: bool,
-        stack_filter_paths: Optional[Sequence[str]],
-    ) -> None:
-        if not isinstance(key, str) or not key:
-            raise TypeError("annotate_all_modules: key must be a non-empty str")
-        paths = _stacks.filter_paths(stack_filter_paths) if stacks else None
-        self.key = key
-        self._backward = backward
-        self._stacks = stacks
+    def __init__(self, key: str, backward: bool) -> None:
         import torch
 
+        self.key = key
+        self.backward = backward
+        self.handles = 0
         self._module_type = torch.nn.Module
         self._quiet_types = (torch.nn.Identity, torch.nn.Dropout)
         self._call_codes: Optional[frozenset] = None
         self._foreign: weakref.WeakSet = weakref.WeakSet()
-        self._active = True
-        # patched before annotations go on, so that no id source is chosen until a capture
-        _patches.install()
-        runtime.set_module_naming(self)
-        self._hold: Optional[int] = runtime.hold()
-        if stacks:
-            runtime.request_stacks(self, paths)
-        _patches.sync()
-
-    @property
-    def active(self) -> bool:
-        return self._active
-
-    def remove(self) -> None:
-        if not self._active:
-            return
-        self._active = False
-        runtime.set_module_naming(None)
-        with runtime.modules_lock:
-            mine = [module for module, entry in runtime.modules.items() if entry[0] is self]
-            runtime.remove_modules(self, mine)
-        if self._stacks:
-            runtime.release_stacks(self)
-        _patches.sync()
-        if self._hold is not None:
-            runtime.release(self._hold)
-            self._hold = None
-
-    def __enter__(self) -> AllModuleAnnotations:
-        return self
-
-    def __exit__(self, exc_type, exc, traceback) -> Literal[False]:
-        self.remove()
-        return False
 
     @never_raises("naming a module called during a capture")
     def entry_for(self, module: Any) -> Optional[ModuleEntry]:
         """The entry of ``module``, called during a capture and registered by no handle:
-        its model's modules are registered first (``None`` once this handle is removed)."""
+        its model's modules are registered first (``None`` once naming has stopped)."""
         with runtime.modules_lock:
-            if not self._active:
+            if runtime.module_naming is not self:
                 return None
             entry = runtime.modules.get(module)
             if entry is not None:
@@ -104,6 +63,13 @@ class AllModuleAnnotations:
             new = {m: e for m, e in entries.items() if m not in runtime.modules}
             runtime.add_modules(new, during_call=True)
             return entries[module] if module in new else runtime.modules.get(module)
+
+    def stop(self) -> None:
+        """No handle is left: forget every model met."""
+        with runtime.modules_lock:
+            runtime.set_module_naming(None)
+            mine = [module for module, entry in runtime.modules.items() if entry[0] is self]
+            runtime.remove_modules(self, mine)
 
     def _outermost_call(self, module: Any) -> Any:
         """The module of the outermost ``Module.__call__`` under way on this thread."""
@@ -133,9 +99,71 @@ class AllModuleAnnotations:
             if module in entries:
                 continue
             forward = {self.key: name}
-            backward = {**forward, **BACKWARD_PHASE} if self._backward else None
+            backward = {**forward, **BACKWARD_PHASE} if self.backward else None
             entries[module] = (self, forward, backward, type(module) in self._quiet_types)
         return entries
+
+
+class AllModuleAnnotations:
+    """What :func:`annotate_all_modules` returns: ``remove()`` (or leaving its ``with``
+    block) ends it; removing twice is harmless. Naming stops when no handle is left."""
+
+    def __init__(
+        self,
+        *,
+        key: str,
+        backward: bool,
+        stacks: bool,
+        stack_filter_paths: Optional[Sequence[str]],
+    ) -> None:
+        if not isinstance(key, str) or not key:
+            raise TypeError("annotate_all_modules: key must be a non-empty str")
+        paths = _stacks.filter_paths(stack_filter_paths) if stacks else None
+        with runtime.modules_lock:
+            naming = runtime.module_naming
+            if naming is None:
+                naming = ModuleNaming(key, backward)
+            elif (naming.key, naming.backward) != (key, backward):
+                raise ValueError(
+                    f"annotate_all_modules(key={naming.key!r}, backward={naming.backward}) is active already: "
+                    "another key or backward needs that handle removed first"
+                )
+            naming.handles += 1
+        self._naming: Optional[ModuleNaming] = naming
+        self._stacks = stacks
+        # patched before annotations go on, so that no id source is chosen until a capture
+        _patches.install()
+        runtime.set_module_naming(naming)
+        self._hold: Optional[int] = runtime.hold()
+        if stacks:
+            runtime.request_stacks(self, paths)
+        _patches.sync()
+
+    @property
+    def active(self) -> bool:
+        return self._naming is not None
+
+    def remove(self) -> None:
+        with runtime.modules_lock:
+            naming, self._naming = self._naming, None
+            if naming is None:
+                return
+            naming.handles -= 1
+            if naming.handles == 0:
+                naming.stop()
+        if self._stacks:
+            runtime.release_stacks(self)
+        _patches.sync()
+        if self._hold is not None:
+            runtime.release(self._hold)
+            self._hold = None
+
+    def __enter__(self) -> AllModuleAnnotations:
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> Literal[False]:
+        self.remove()
+        return False
 
 
 def _module_call_codes() -> frozenset:
@@ -168,11 +196,8 @@ def annotate_all_modules(
     capture (the root is ``""``; a ``torch.compile``d model as the model it compiles).
     ``backward``, ``stacks`` and ``stack_filter_paths`` as for :func:`annotate_modules`.
 
-    One such handle at a time (``ValueError`` for a second). ``Module.__call__`` is
-    wrapped from the first capture on, not before; ``annotate_modules`` handles take
-    precedence over it. Holds annotations on while active."""
-    if runtime.module_naming is not None:
-        raise ValueError("annotate_all_modules is active already; remove() that handle first")
-    return AllModuleAnnotations(
-        key=key, backward=backward, stacks=stacks, stack_filter_paths=stack_filter_paths
-    )
+    Handles may overlap (``cgfast run`` holds one) as long as they agree on ``key`` and
+    ``backward`` (``ValueError`` otherwise); naming stops when the last is removed.
+    ``Module.__call__`` is wrapped from the first capture on, not before;
+    ``annotate_modules`` handles take precedence. Holds annotations on while active."""
+    return AllModuleAnnotations(key=key, backward=backward, stacks=stacks, stack_filter_paths=stack_filter_paths)
