@@ -347,3 +347,28 @@ def test_the_standalone_binary_says_it_needs_the_package():
     assert done.returncode == 2
     (line,) = done.stderr.splitlines()
     assert "is the Python package's" in line
+
+
+def test_an_engine_runs_untouched_with_its_output_its_own(tmp_path):
+    """examples/engines/sglang_style.py on the CPU (no capture): its schedulers start
+    under the hook, profile and export as they do alone, and nothing is written."""
+    pytest.importorskip("transformers")
+    traces = tmp_path / "traces"
+    argv = [
+        os.path.join(REPO, "examples", "engines", "sglang_style.py"),
+        "--device",
+        "cpu",
+        "--schedulers",
+        "2",
+        "--start",
+        "spawn",
+        "--trace-dir",
+        traces,
+    ]
+    alone = subprocess.run([sys.executable, *map(str, argv)], capture_output=True, text=True, timeout=240)
+    assert alone.returncode == 0, alone.stderr
+    done = cgfast_run("--out", tmp_path / "out", "--", sys.executable, *argv)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == alone.stdout
+    assert len(list(traces.glob("*.pt.trace.json"))) == 4  # two schedulers, twice
+    assert os.listdir(tmp_path / "out") == []
