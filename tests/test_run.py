@@ -372,3 +372,15 @@ def test_an_engine_runs_untouched_with_its_output_its_own(tmp_path):
     assert done.stdout == alone.stdout
     assert len(list(traces.glob("*.pt.trace.json"))) == 4  # two schedulers, twice
     assert os.listdir(tmp_path / "out") == []
+
+
+def test_stacks_record_the_launch_lines(tmp_path):
+    out = tmp_path / "out"
+    done = cgfast_run("--out", out, "--stacks", "--", sys.executable, program("fake_capture.py"), tmp_path / "t.json")
+    assert done.returncode == 0, done.stderr
+    (name,) = os.listdir(out)
+    with open(out / name) as f:
+        stacks = json.load(f)["stacks"]
+    assert stacks and all(frames for frames in stacks.values())
+    innermost = {frames[0].rsplit(":", 2)[0] for frames in stacks.values()}
+    assert any(path.endswith(("fake_capture.py", "linear.py", "activation.py")) for path in innermost), innermost

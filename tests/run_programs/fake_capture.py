@@ -42,7 +42,9 @@ def capture_model() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
     x = torch.randn(2, 8)
     graph = FakeCUDAGraph(driver)
-    with torch.no_grad(), capturing(graph), LaunchEachOp(driver):
+    # the launching mode goes first, so that modes pushed at the capture's begin (launch
+    # stacks) see the nodes each op adds
+    with torch.no_grad(), LaunchEachOp(driver), capturing(graph):
         model(x)
 
 
