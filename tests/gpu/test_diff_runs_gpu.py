@@ -12,9 +12,9 @@ minutes spreads over all three).
     and the gate names the MLP.
 
 Nine profiles of about 15 s each (the 3 s warm-up, imports, capture, export and
-annotation): about 2.5 minutes on an H100, estimated, not yet measured. The figures are printed
-(``DIFF {...}`` lines) and, with ``CGFAST_E2E_OUT`` set, written there with the traces
-(``diff_runs_gpu.json``; a folder per profile).
+annotation): about 2.5 minutes on an H100, estimated, not yet measured. The figures are
+printed (``DIFF {...}`` lines) and, with ``CGFAST_E2E_OUT`` set, written there with the
+traces (``diff_runs_gpu.json``; a folder per profile).
 """
 
 from __future__ import annotations
