@@ -76,6 +76,16 @@ def test_summary_reports_have_the_typed_keys(tmp_path):
         assert_shaped(row, reports.ReplayRow)
 
 
+def test_diff_reports_have_the_typed_keys(tmp_path):
+    out = tmp_path / "000000.t.annotated.json"
+    cgfast.annotate_file(TRACE, annotations(), out)
+    report = cgfast.diff(out, out, by="module", fail_if_slower=5, per_rank=True)
+    assert set(report) <= set(reports.DiffReport.__annotations__), sorted(report)
+    assert_shaped(report["runs"], reports.DiffRuns)
+    for rank in report["ranks"]:
+        assert_shaped(rank["runs"], reports.DiffRuns)
+
+
 def test_batch_results_have_the_typed_keys(tmp_path):
     trace = tmp_path / "000000.a.pt.trace.json.gz"
     shutil.copy(TRACE, trace)

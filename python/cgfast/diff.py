@@ -10,6 +10,12 @@ below 0 and the change is at least ``threshold`` percent of the base median and 
 ``min_change`` percent of the base's mean busy time per replay, ``"same"`` otherwise,
 ``"new"`` or ``"gone"`` when one side has none of the value's kernels.
 
+Replays of one process share its memory placement, so where each side has several runs
+(the traces of separate processes; ``runs`` says how many), a value's change is the mean
+over its runs of each run's median time per replay, test minus base, and ``ci_us`` comes
+from a hierarchical bootstrap over the runs and their replays; with one run on a side,
+``runs["note"]`` says that the intervals hold the spread between replays only.
+
 Importing this module imports neither pandas nor torch.
 """
 

@@ -252,14 +252,29 @@ class SummaryReport(_SummaryReport, total=False):
     replay_rows: List[ReplayRow]
 
 
+class DiffRuns(TypedDict):
+    """The runs (processes) of each side of a diff, and what the intervals hold:
+    ``between_runs`` when both sides have at least 2 runs (then each value's interval
+    is a hierarchical bootstrap over its runs and their replays); ``note`` says it in
+    words, with one run on a side that run-to-run variation is not in the intervals
+    and how many runs a side would measure it."""
+
+    base: int
+    test: int
+    between_runs: bool
+    note: str
+
+
 class DiffReport(TypedDict, total=False):
     """The report, as ``cgfast diff --format json`` prints it (``rows`` and ``tree`` are
     pandas DataFrames with ``frame="pandas"``). Present in every report: ``by``,
     ``by_default``, ``by_note``, ``method``, ``confidence``, ``threshold_pct``,
-    ``min_change_pct``, ``traces``, ``base``, ``test``, ``total``, ``mean_delta_us``,
-    ``explained``, ``rows``, ``notes``;
+    ``min_change_pct``, ``traces``, ``graphs``, ``base``, ``test``, ``runs``, ``total``,
+    ``mean_delta_us``, ``explained``, ``rows``, ``notes``;
     ``tree`` for module paths (or ``hierarchy=True``), ``depth`` and ``group_layers`` for
-    rolled-up values, ``ranks`` with ``per_rank``, ``gate`` with ``fail_if_slower``."""
+    rolled-up values, ``ranks`` with ``per_rank``, ``gate`` with ``fail_if_slower``.
+    With several runs a side, each row has ``runs`` too: the runs each side has the
+    value in."""
 
     by: str
     by_default: bool
@@ -271,8 +286,10 @@ class DiffReport(TypedDict, total=False):
     depth: Optional[int]
     group_layers: bool
     traces: Dict[str, List[Dict[str, Any]]]
+    graphs: Optional[int]
     base: Dict[str, Any]
     test: Dict[str, Any]
+    runs: DiffRuns
     total: Dict[str, Any]
     mean_delta_us: float
     explained: Optional[float]

@@ -49,6 +49,23 @@ Replays of several graphs (a training step's forward and backward, say) are comp
 graph by graph, each graph's shift weighted by how often the value appears in its \
 replays and the intervals combined as independent normal errors.
 
+Runs: replays of one process share its memory placement, cuBLAS choices and clocks, so \
+two runs of a program differ by more than their replays do. A run is a process: the \
+traces of one (its profiling windows, named WORKER.NS.pt.trace.json by trace_handler \
+and tensorboard_trace_handler, WORKER being [RANK.]HOST_PID) are one run, any other \
+trace is a run of its own; pooled ranks are runs, and with --per-rank each rank's \
+comparison has the runs of that rank. With 2 or more runs on each side, a value's \
+change is the mean over its runs of each run's median time per replay, test minus \
+base, and its 95% interval comes from a hierarchical bootstrap: 2,000 resamples, each \
+drawing a side's runs with replacement and then each drawn run's replays with \
+replacement (seeded: the same traces give the same report); the interval is the change \
+plus or minus Student's t (Welch's degrees of freedom) times the resamples' standard \
+error, each side's variance taken times k/(k-1) for resampling k runs from k. It holds \
+the spread between runs as well as between replays, and the verdicts follow from it \
+(a value in fewer than 2 runs of a side keeps the interval between replays). With one \
+run on a side the intervals hold the spread between replays only; the table's runs \
+line says so.
+
 Exit status: 0 when the diff ran (and the gate passed), 1 on an error (nothing is \
 written), 2 on a bad command line, 3 when --fail-if-slower trips (the report is printed \
 and each offender named on stderr).")]

@@ -4,7 +4,7 @@ use std::io::Write;
 
 use cgfast_core::{
     key_label, signed_pct, Comparison, Diff, DiffRow, KernelChange, SideStats, Verdict,
-    DIFF_CONFIDENCE as CONFIDENCE, KERNEL_KEY,
+    DIFF_CONFIDENCE as CONFIDENCE, DIFF_RESAMPLES as RESAMPLES, KERNEL_KEY,
 };
 
 use crate::annotate::thousands;
@@ -127,6 +127,7 @@ fn comparison_table(out: &mut impl Write, diff: &Diff, c: &Comparison, top: usiz
         }
         _ => {}
     }
+    let _ = writeln!(out, "  runs           {}", c.runs_line());
     let _ = writeln!(out);
     if listed.is_empty() {
         let _ = writeln!(
@@ -202,10 +203,21 @@ pub fn print_table(diff: &Diff, top: usize, all: bool) {
         }
         let _ = writeln!(out, "  values         {}", how.join("; "));
     }
+    let method = if c.between_runs() {
+        format!(
+            "the change of the mean of the runs' median times per replay, {:.0}% interval from a hierarchical bootstrap (runs, then replays within them; {} resamples) and Student's t",
+            CONFIDENCE * 100.0,
+            thousands(RESAMPLES as u64)
+        )
+    } else {
+        format!(
+            "the Hodges-Lehmann shift of the times per replay, {:.0}% interval from the Mann-Whitney distribution",
+            CONFIDENCE * 100.0
+        )
+    };
     let _ = writeln!(
         out,
-        "  method         the Hodges-Lehmann shift of the times per replay, {:.0}% interval from the Mann-Whitney distribution; same: the interval holds 0 or the change is {}",
-        CONFIDENCE * 100.0,
+        "  method         {method}; same: the interval holds 0 or the change is {}",
         same_when(diff)
     );
     for note in &diff.notes {

@@ -59,7 +59,7 @@ pub use summary::chart::check_chart;
 pub use summary::chart::write as write_chart;
 pub use summary::diff::{
     diff_files, Comparison, Diff, DiffOptions, DiffRow, KernelChange, Offender, SideInfo, SideStats,
-    TraceInfo, Verdict,
+    TraceInfo, Verdict, MIN_RUNS as DIFF_MIN_RUNS, RESAMPLES as DIFF_RESAMPLES,
 };
 pub use summary::diff_chart::{signed_pct, write as write_diff_chart};
 pub use summary::diff_stats::{Shift, CONFIDENCE as DIFF_CONFIDENCE};

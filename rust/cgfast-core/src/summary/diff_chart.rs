@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::chart::{chart_kind, escape, human_time, write_atomically, ChartKind};
-use super::diff::{Comparison, Diff, DiffRow, Verdict};
+use super::diff::{Comparison, Diff, DiffRow, Verdict, MIN_RUNS};
 use super::hierarchy::{tree, PathNode, ANY_LAYER};
 use super::icicle::{fit, hex, text_color, tint, LEVEL_H};
 use super::key;
@@ -114,6 +114,26 @@ impl Comparison {
     pub fn total_line(&self) -> String {
         total_line(self)
     }
+
+    /// One line on the runs of each side and what the intervals hold: with one run on a
+    /// side, that the spread between runs is not in them and how many runs a side would
+    /// measure it.
+    pub fn runs_line(&self) -> String {
+        let (b, t) = (self.base.runs, self.test.runs);
+        let sides = if b == t { format!("{b} a side") } else { format!("base {b}, test {t}") };
+        if !self.between_runs() {
+            return format!(
+                "{sides}: run-to-run variation is not in the intervals (they hold the spread between replays of one process); {MIN_RUNS} or more runs a side (traces of separate processes) would measure it"
+            );
+        }
+        let within = self.rows.iter().filter(|r| r.shift.is_some() && !r.between_runs()).count();
+        let within = match within {
+            0 => String::new(),
+            1 => format!("; 1 value in fewer than {MIN_RUNS} runs of a side: between replays"),
+            n => format!("; {n} values in fewer than {MIN_RUNS} runs of a side: between replays"),
+        };
+        format!("{sides}: each interval holds the spread between runs as well as between replays{within}")
+    }
 }
 
 /// One line on the change of the busy time per replay.
@@ -121,9 +141,10 @@ pub(crate) fn total_line(c: &Comparison) -> String {
     let t = &c.total;
     let (b, s) = (t.base.as_ref().map_or(0.0, |b| b.median_us), t.test.as_ref().map_or(0.0, |s| s.median_us));
     format!(
-        "busy per replay: base {}, test {} (medians): {} ({}), 95% interval {}: {}",
+        "busy per replay: base {}, test {} ({}): {} ({}), 95% interval {}: {}",
         human_time(b),
         human_time(s),
+        if t.between_runs() { "means of the runs' medians" } else { "medians" },
         signed_time(t.delta_us()),
         t.relative().map_or("—".into(), signed_pct),
         interval_text(t),
@@ -169,10 +190,17 @@ pub(crate) fn svg(diff: &Diff) -> String {
         escape(&title(diff)),
         escape(&title(diff)),
         escape(&total_line(c)),
-        escape(&format!(
-            "bars: each value's Hodges–Lehmann shift per replay; whiskers: its 95% interval; {} base, {} test replays",
-            c.base.replays, c.test.replays
-        )),
+        escape(&if c.between_runs() {
+            format!(
+                "bars: each value's change per replay (the mean of its runs' medians); whiskers: its 95% interval between runs; {} base, {} test runs",
+                c.base.runs, c.test.runs
+            )
+        } else {
+            format!(
+                "bars: each value's Hodges–Lehmann shift per replay; whiskers: its 95% interval; {} base, {} test replays",
+                c.base.replays, c.test.replays
+            )
+        }),
     );
     // legend
     let mut x = 16.0;

@@ -2,7 +2,9 @@
 
 use serde_json::{json, Value as Json};
 
-use super::diff::{Comparison, Diff, DiffRow, KernelChange, Offender, SideInfo, SideStats, TraceInfo};
+use super::diff::{
+    Comparison, Diff, DiffRow, KernelChange, Offender, SideInfo, SideStats, TraceInfo, RESAMPLES,
+};
 use super::diff_stats::CONFIDENCE;
 
 /// A number, or `null` where it is not finite (an interval with no end).
@@ -66,6 +68,9 @@ pub(crate) fn row_json(r: &DiffRow, mean_delta_us: f64, with_kernels: bool) -> J
         "base": r.base.as_ref().map(side_json),
         "test": r.test.as_ref().map(side_json),
     });
+    if let Some((base, test)) = r.runs {
+        v["runs"] = json!({"base": base, "test": test});
+    }
     if with_kernels {
         v["kernels"] = json!({
             "base_per_replay": r.base.as_ref().map(|b| b.kernels_per_replay),
@@ -109,6 +114,12 @@ fn comparison_json(c: &Comparison, tree: bool) -> serde_json::Map<String, Json> 
         "graphs": c.graphs,
         "base": info_json(&c.base),
         "test": info_json(&c.test),
+        "runs": {
+            "base": c.base.runs,
+            "test": c.test.runs,
+            "between_runs": c.between_runs(),
+            "note": c.runs_line(),
+        },
         "total": row_json(&c.total, c.mean_delta_us, false),
         "mean_delta_us": c.mean_delta_us,
         "explained": c.explained.map_or(Json::Null, finite),
@@ -129,7 +140,11 @@ impl Diff {
             "by": self.by,
             "by_default": o.by.is_none(),
             "by_note": self.by_note,
-            "method": "Hodges-Lehmann shift of per-replay times with its Mann-Whitney (Moses) interval",
+            "method": if self.pooled.between_runs() {
+                format!("mean over runs of each run's median time per replay, test minus base, with a 95% interval from a hierarchical bootstrap (runs, then replays within them; {RESAMPLES} resamples) and Student's t")
+            } else {
+                "Hodges-Lehmann shift of per-replay times with its Mann-Whitney (Moses) interval".to_string()
+            },
             "confidence": CONFIDENCE,
             "threshold_pct": o.threshold * 100.0,
             "min_change_pct": o.min_change * 100.0,

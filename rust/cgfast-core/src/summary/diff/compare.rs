@@ -4,8 +4,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::bootstrap::{Bootstrap, MIN_RUNS};
 use super::report::{relative, Comparison, DiffOptions, DiffRow, KernelChange, Offender, Verdict};
-use super::samples::{median, merged, side_stats, Group, NameSums, Samples, Tables};
+use super::samples::{by_run, median, merged, side_stats, Group, NameSums, Samples, Tables};
 use crate::summary::diff_stats::{Shift, ShiftFinder, Z};
 
 pub(super) struct Compare<'a> {
@@ -17,6 +18,15 @@ pub(super) struct Compare<'a> {
     pub(super) graphs: Option<u32>,
     /// A change under this many µs per replay is `same` (the comparison at hand).
     pub(super) floor_us: f64,
+    /// Both sides have several runs (the comparison at hand): intervals between runs.
+    pub(super) between_runs: bool,
+}
+
+/// What a thread works intervals out with: between replays, and between runs.
+#[derive(Default)]
+pub(super) struct Estimators {
+    replays: ShiftFinder,
+    runs: Bootstrap,
 }
 
 /// A row to work out: a value (by id), or a dotted path with the values under it.
@@ -31,19 +41,20 @@ pub(super) struct ByGraph {
     pub(super) medians: (f64, f64),
 }
 
+/// The times of a value by graph, on each side.
+type ByGraphTimes = (Vec<Vec<f64>>, Vec<Vec<f64>>);
+
 impl Compare<'_> {
-    /// The shift of `test` against `base` graph by graph, where they replay several
-    /// graphs and the value is in the same ones on both sides: each graph's
-    /// Hodges-Lehmann shift, weighted by the value's replays in that graph (both sides),
-    /// and an interval from each graph's, taken as independent normal errors
-    /// (`σ = (high - low) / 2z`). `None` where a plain comparison applies.
-    pub(super) fn by_graph(
+    /// Where the traces replay several graphs and the value is in the same ones (at
+    /// least two) on both sides: those graphs, each weighted by the value's replays in
+    /// it (both sides), and the times by graph. `None` where the value is compared all
+    /// graphs together.
+    fn graph_weights(
         &self,
-        finder: &mut ShiftFinder,
         base: &Samples,
         test: &Samples,
         groups: (&Group, &Group),
-    ) -> Option<ByGraph> {
+    ) -> Option<(Vec<(u32, f64)>, ByGraphTimes)> {
         let graphs = self.graphs? as usize;
         let split = |s: &Samples, g: &Group| {
             let mut by: Vec<Vec<f64>> = vec![Vec::new(); graphs];
@@ -52,7 +63,7 @@ impl Compare<'_> {
             }
             by
         };
-        let (mut xs, mut ys) = (split(base, groups.0), split(test, groups.1));
+        let (xs, ys) = (split(base, groups.0), split(test, groups.1));
         if xs.iter().zip(&ys).any(|(x, y)| x.is_empty() != y.is_empty()) {
             return None;
         }
@@ -61,9 +72,20 @@ impl Compare<'_> {
             return None;
         }
         let total: usize = present.iter().map(|&k| xs[k].len() + ys[k].len()).sum();
+        let weights =
+            present.iter().map(|&k| (k as u32, (xs[k].len() + ys[k].len()) as f64 / total as f64)).collect();
+        Some((weights, (xs, ys)))
+    }
+
+    /// The shift of `test` against `base` graph by graph (`weighted`, from
+    /// [`graph_weights`](Self::graph_weights)): each graph's Hodges-Lehmann shift,
+    /// weighted, and an interval from each graph's, taken as independent normal errors
+    /// (`σ = (high - low) / 2z`).
+    fn by_graph(finder: &mut ShiftFinder, weighted: (&[(u32, f64)], &mut ByGraphTimes)) -> ByGraph {
+        let (weights, (xs, ys)) = weighted;
         let (mut estimate, mut variance, mut medians) = (0.0, 0.0, (0.0, 0.0));
-        for k in present {
-            let w = (xs[k].len() + ys[k].len()) as f64 / total as f64;
+        for &(k, w) in weights {
+            let k = k as usize;
             let s = finder.shift(&mut xs[k], &mut ys[k]).expect("both sides have replays");
             estimate += w * s.estimate;
             let sigma = (s.high - s.low) / (2.0 * Z);
@@ -78,28 +100,43 @@ impl Compare<'_> {
         } else {
             (f64::NEG_INFINITY, f64::INFINITY)
         };
-        Some(ByGraph { shift: Shift { estimate, low, high }, medians })
+        ByGraph { shift: Shift { estimate, low, high }, medians }
     }
 
     pub(super) fn row(
         &self,
-        finder: &mut ShiftFinder,
+        estimators: &mut Estimators,
         value: Option<String>,
         base: Option<&Samples>,
         test: Option<&Samples>,
         groups: (&Group, &Group),
     ) -> DiffRow {
-        let by_graph = match (base, test) {
-            (Some(b), Some(t)) => self.by_graph(finder, b, t, groups),
+        let mut weighted = match (base, test) {
+            (Some(b), Some(t)) => self.graph_weights(b, t, groups),
             _ => None,
         };
-        let b = base.map(|s| side_stats(s, groups.0, by_graph.as_ref().map(|g| g.medians.0)));
-        let t = test.map(|s| side_stats(s, groups.1, by_graph.as_ref().map(|g| g.medians.1)));
-        let shift = match (base, test, &by_graph) {
-            (_, _, Some(g)) => Some(g.shift),
-            (Some(b), Some(t), None) => finder.shift(&mut b.us.clone(), &mut t.us.clone()),
-            _ => None,
+        let graphs: Option<Vec<u32>> = weighted.as_ref().map(|(w, _)| w.iter().map(|&(g, _)| g).collect());
+        let runs = |s: Option<&Samples>, g: &Group| s.map_or(Vec::new(), |s| by_run(s, g, graphs.as_deref()));
+        let (base_runs, test_runs) =
+            if self.between_runs { (runs(base, groups.0), runs(test, groups.1)) } else { Default::default() };
+        let weights: Vec<f64> =
+            weighted.as_ref().map_or(vec![1.0], |(w, _)| w.iter().map(|&(_, w)| w).collect());
+        // (shift, each side's time per replay where it is not the plain median)
+        let (shift, medians) = match (base, test) {
+            (Some(b), Some(t)) => {
+                if let Some(r) = estimators.runs.shift(&base_runs, &test_runs, &weights) {
+                    (Some(r.shift), Some(r.locations))
+                } else if let Some((w, times)) = weighted.as_mut() {
+                    let g = Self::by_graph(&mut estimators.replays, (w.as_slice(), times));
+                    (Some(g.shift), Some(g.medians))
+                } else {
+                    (estimators.replays.shift(&mut b.us.clone(), &mut t.us.clone()), None)
+                }
+            }
+            _ => (None, None),
         };
+        let b = base.map(|s| side_stats(s, groups.0, medians.map(|m| m.0)));
+        let t = test.map(|s| side_stats(s, groups.1, medians.map(|m| m.1)));
         let verdict = match (&b, &t, shift) {
             (None, _, _) => Verdict::New,
             (_, None, _) => Verdict::Gone,
@@ -130,7 +167,8 @@ impl Compare<'_> {
             base: b,
             test: t,
             shift,
-            by_graph: by_graph.is_some(),
+            by_graph: weighted.is_some(),
+            runs: self.between_runs.then_some((base_runs.len(), test_runs.len())),
             kernels: Vec::new(),
         }
     }
@@ -188,13 +226,14 @@ impl Compare<'_> {
         let graphs = (counts.len() == 1).then(|| *counts.first().expect("one"));
         self.graphs = graphs.filter(|&g| g > 1);
         self.floor_us = self.options.min_change * mean(base);
+        self.between_runs = base.info().runs >= MIN_RUNS && test.info().runs >= MIN_RUNS;
         let all = |g: &Group| Samples {
             replay: (0..g.busy_us.len() as u32).collect(),
             us: g.busy_us.clone(),
             kernels: g.kernels.clone(),
         };
         let mut total =
-            self.row(&mut ShiftFinder::default(), None, Some(&all(base)), Some(&all(test)), groups);
+            self.row(&mut Estimators::default(), None, Some(&all(base)), Some(&all(test)), groups);
         total.base_share = 1.0;
         let values: Vec<Job> = (0..self.tables.values.len() as u32)
             .filter(|&id| base.samples(id).is_some() || test.samples(id).is_some())
@@ -272,7 +311,7 @@ impl Compare<'_> {
             .collect()
     }
 
-    /// The rows of `jobs`, in order, worked out on up to `jobs` threads (a finder each);
+    /// The rows of `jobs`, in order, worked out on up to `jobs` threads (estimators each);
     /// a path with no replay on either side has none.
     pub(super) fn rows(&self, jobs: &[Job], groups: (&Group, &Group)) -> Vec<Option<DiffRow>> {
         let threads = crate::files::many::threads(self.jobs).min(jobs.len()).max(1);
@@ -281,10 +320,10 @@ impl Compare<'_> {
             let workers: Vec<_> = (0..threads)
                 .map(|first| {
                     scope.spawn(move || {
-                        let mut finder = ShiftFinder::default();
+                        let mut estimators = Estimators::default();
                         (first..jobs.len())
                             .step_by(threads)
-                            .map(|i| (i, self.job_row(&mut finder, &jobs[i], groups)))
+                            .map(|i| (i, self.job_row(&mut estimators, &jobs[i], groups)))
                             .collect::<Vec<_>>()
                     })
                 })
@@ -300,7 +339,7 @@ impl Compare<'_> {
 
     pub(super) fn job_row(
         &self,
-        finder: &mut ShiftFinder,
+        estimators: &mut Estimators,
         job: &Job,
         groups: (&Group, &Group),
     ) -> Option<DiffRow> {
@@ -308,7 +347,7 @@ impl Compare<'_> {
         match job {
             Job::Value(id) => {
                 let (b, t) = (base.samples(*id), test.samples(*id));
-                let mut row = self.row(finder, self.tables.values[*id as usize].clone(), b, t, groups);
+                let mut row = self.row(estimators, self.tables.values[*id as usize].clone(), b, t, groups);
                 let replays = (b.map_or(0, |s| s.us.len()), t.map_or(0, |s| s.us.len()));
                 row.kernels = self.kernels(*id, base, test, replays);
                 Some(row)
@@ -318,7 +357,7 @@ impl Compare<'_> {
                 if b.is_none() && t.is_none() {
                     return None;
                 }
-                Some(self.row(finder, Some(path.clone()), b.as_ref(), t.as_ref(), groups))
+                Some(self.row(estimators, Some(path.clone()), b.as_ref(), t.as_ref(), groups))
             }
         }
     }

@@ -29,8 +29,11 @@
 //! bytes each) and reduced to per-(value, replay) sums on the thread that read it; only
 //! those are kept, so what stays grows with values × replays, not with the traces' size.
 
+mod bootstrap;
 mod compare;
+mod distributions;
 mod report;
+mod runs;
 mod samples;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -39,6 +42,7 @@ use std::path::PathBuf;
 use super::key::{self, KERNEL_KEY};
 use crate::files::many::FilesProgress;
 use crate::{CancelToken, Error};
+pub use bootstrap::{MIN_RUNS, RESAMPLES};
 use compare::Compare;
 pub use report::{
     Comparison, Diff, DiffOptions, DiffRow, KernelChange, Offender, SideInfo, SideStats, TraceInfo, Verdict,
@@ -167,7 +171,8 @@ fn build(
     let mut tables = Tables::default();
     let mut sides: [(Group, BTreeMap<u64, Group>); 2] = Default::default();
     for (s, traces) in [&base, &test].into_iter().enumerate() {
-        for t in traces {
+        let paths: Vec<&std::path::Path> = traces.iter().map(|t| t.info.path.as_path()).collect();
+        for (t, run) in traces.iter().zip(runs::runs_of(&paths)) {
             if options.per_rank && t.info.rank.is_none() {
                 return Err(format!(
                     "{}: no rank for --per-rank (the trace has no distributedInfo.rank and its name does not start with one)",
@@ -180,16 +185,17 @@ fn build(
             ids.push(tables.value(None));
             let names: Vec<u32> = t.names.iter().map(|n| tables.names.intern(&n.1)).collect();
             let (pooled, ranks) = &mut sides[s];
-            pooled.add(t, &ids, &names, collapse);
+            pooled.add(t, run, &ids, &names, collapse);
             if let (true, Some(rank)) = (options.per_rank, t.info.rank) {
-                ranks.entry(rank).or_default().add(t, &ids, &names, collapse);
+                ranks.entry(rank).or_default().add(t, run, &ids, &names, collapse);
             }
         }
     }
     // Values of no replay (their kernels had no correlation) would have no row: keep the
     // tables as they are, rows skip values without samples.
     let [(base_pooled, base_ranks), (test_pooled, test_ranks)] = &sides;
-    let mut compare = Compare { tables: &tables, options, jobs, graphs: None, floor_us: 0.0 };
+    let mut compare =
+        Compare { tables: &tables, options, jobs, graphs: None, floor_us: 0.0, between_runs: false };
     let pooled = compare.compare(None, base_pooled, test_pooled, hierarchy.tree);
     let mut ranks = Vec::new();
     if options.per_rank {

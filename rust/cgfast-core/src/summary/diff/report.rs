@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use super::super::hierarchy::Hierarchy;
 use super::super::time::Spread;
+use super::bootstrap::MIN_RUNS;
 use crate::summary::diff_stats::Shift;
 
 /// A change smaller than this share of the base is `same` unless asked otherwise.
@@ -97,7 +98,8 @@ impl Verdict {
 pub struct SideStats {
     /// Its time per replay (µs): the median over the replays it appears in; compared
     /// graph by graph, each graph's median weighted by how often the value appears in
-    /// its replays (on both sides).
+    /// its replays (on both sides); compared between runs, the mean over its runs of
+    /// each run's (so weighted) median.
     pub median_us: f64,
     /// Its time per replay (µs), over the replays it appears in, all graphs together.
     pub spread: Spread,
@@ -156,6 +158,10 @@ pub struct DiffRow {
     /// Compared graph by graph (its replays belong to several graphs that both sides
     /// replay), the shifts combined.
     pub by_graph: bool,
+    /// Where both sides have several runs: the runs each side has the value in (0 on a
+    /// side without it). Its interval holds the spread between runs where both are at
+    /// least [`MIN_RUNS`]; otherwise it is the one between replays.
+    pub runs: Option<(usize, usize)>,
     /// Its change of the mean time per replay over all replays, µs.
     pub contribution_us: f64,
     /// Its share of the base's busy time.
@@ -173,6 +179,11 @@ impl DiffRow {
             (None, Some(b), None) => -b.median_us,
             _ => 0.0,
         }
+    }
+
+    /// Whether its interval holds the spread between runs (the hierarchical bootstrap).
+    pub fn between_runs(&self) -> bool {
+        self.runs.is_some_and(|(b, t)| b >= MIN_RUNS && t >= MIN_RUNS)
     }
 
     /// The change as a share of the base median (`None` for `new` and `gone`).
@@ -202,6 +213,8 @@ pub(super) fn relative(delta: f64, base: f64) -> f64 {
 pub struct SideInfo {
     /// Traces read.
     pub traces: usize,
+    /// Runs: processes, the traces of one counted once ([`runs`](super::runs)).
+    pub runs: usize,
     /// Graph replays compared.
     pub replays: usize,
     /// Graphed kernels.
@@ -292,6 +305,14 @@ pub struct Diff {
     pub ranks: Vec<Comparison>,
     /// Things worth a line: what was left out, ranks on one side only.
     pub notes: Vec<String>,
+}
+
+impl Comparison {
+    /// Whether both sides have [`MIN_RUNS`] runs, so that intervals hold the spread
+    /// between runs (of the values in that many runs on each side).
+    pub fn between_runs(&self) -> bool {
+        self.base.runs >= MIN_RUNS && self.test.runs >= MIN_RUNS
+    }
 }
 
 impl Diff {

@@ -1,10 +1,12 @@
 //! Each side's samples: a trace reduced, on the thread that read it, to per-(value,
 //! replay) sums, and the replays of a side (pooled, or one rank) gathered from them.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use rustc_hash::FxHashMap as HashMap;
 
+use super::bootstrap::Run;
 use super::report::{DiffOptions, SideInfo, SideStats, TraceInfo};
 use crate::index::keys::Strings;
 use crate::summary::key;
@@ -156,7 +158,9 @@ pub(super) struct Group {
     pub(super) traces: usize,
     /// The graphs each trace replays.
     pub(super) graphs_per_trace: Vec<u32>,
-    /// Per replay: its graph (its trace's numbering), busy time, kernels.
+    /// Per replay: its run (the side's numbering, [`runs_of`](super::runs::runs_of)),
+    /// graph (its trace's numbering), busy time, kernels.
+    pub(super) run: Vec<u32>,
     pub(super) graph: Vec<u32>,
     pub(super) busy_us: Vec<f64>,
     pub(super) kernels: Vec<u32>,
@@ -187,13 +191,14 @@ impl Tables {
 }
 
 impl Group {
-    /// Add a trace's replays; `collapse`: its kernels count as without the key.
-    pub(super) fn add(&mut self, t: &TraceReplays, ids: &[u32], names: &[u32], collapse: bool) {
+    /// Add a trace's replays, of `run`; `collapse`: its kernels count as without the key.
+    pub(super) fn add(&mut self, t: &TraceReplays, run: u32, ids: &[u32], names: &[u32], collapse: bool) {
         self.traces += 1;
         self.graphs_per_trace.push(t.graphs);
         let mut merged: Vec<(u32, u32, f64)> = Vec::new();
         for r in &t.replays {
             let replay = self.busy_us.len() as u32;
+            self.run.push(run);
             self.graph.push(r.graph);
             self.busy_us.push(r.busy_ns as f64 / 1e3);
             self.kernels.push(r.kernels);
@@ -230,8 +235,12 @@ impl Group {
     }
 
     pub(super) fn info(&self) -> SideInfo {
+        let mut runs = self.run.clone();
+        runs.sort_unstable();
+        runs.dedup();
         SideInfo {
             traces: self.traces,
+            runs: runs.len(),
             replays: self.busy_us.len(),
             kernels: self.kernels.iter().map(|&k| k as u64).sum(),
         }
@@ -252,6 +261,28 @@ pub(super) fn side_stats(s: &Samples, group: &Group, median_us: Option<f64>) -> 
         mean_all_us: total_us / group.busy_us.len().max(1) as f64,
         total_us,
     }
+}
+
+/// The times of `s` by run (in the order of their numbers), each run's by graph slot:
+/// one slot per graph of `graphs` (replays of other graphs left out), or one slot for all.
+pub(super) fn by_run(s: &Samples, group: &Group, graphs: Option<&[u32]>) -> Vec<Run> {
+    let slots = graphs.map_or(1, <[u32]>::len);
+    let mut runs: BTreeMap<u32, Run> = BTreeMap::new();
+    for (&r, &us) in s.replay.iter().zip(&s.us) {
+        let slot = match graphs {
+            None => 0,
+            Some(graphs) => match graphs.iter().position(|&g| g == group.graph[r as usize]) {
+                Some(slot) => slot,
+                None => continue,
+            },
+        };
+        runs.entry(group.run[r as usize]).or_insert_with(|| vec![Vec::new(); slots])[slot].push(us);
+    }
+    let mut runs: Vec<Run> = runs.into_values().collect();
+    for times in runs.iter_mut().flatten() {
+        times.sort_unstable_by(f64::total_cmp);
+    }
+    runs
 }
 
 /// The samples of all of `ids` together: per replay, their times and kernels summed.
