@@ -57,6 +57,15 @@ def test_stacks_are_valid(tmp_path):
     validator.validate(document)
 
 
+def test_traces_are_valid(tmp_path):
+    path = tmp_path / "traces.json"
+    trace = tmp_path / "worker0.123.pt.trace.json.gz"
+    save_annotations(path, {2 << 32: [{"module": "fc"}]}, traces=[trace, str(trace) + ".1"])
+    document = load(path)
+    assert document["traces"] == [str(trace), str(trace) + ".1"]
+    validator.validate(document)
+
+
 @pytest.mark.parametrize("path", sorted(ROOT.glob("examples/*/kernel_annotations_rank*.json")), ids=str)
 def test_bundled_annotation_files_are_valid(path):
     validator.validate(load(path))
@@ -74,6 +83,9 @@ def test_bundled_annotation_files_are_valid(path):
             "annotations": {},
             "graphs": {"2": {"names": [], "nodes": [[0, 0, -1, []]]}},
         },
+        {"format": "cgfast-annotations", "version": 1, "annotations": {}, "traces": "/runs/t.json"},
+        {"format": "cgfast-annotations", "version": 1, "annotations": {}, "traces": ["/runs/t.json", 3]},
+        {"format": "cgfast-annotations", "version": 1, "annotations": {}, "traces": [""]},
     ],
 )
 def test_files_the_reader_refuses_are_invalid(tmp_path, broken):

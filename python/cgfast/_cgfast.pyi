@@ -75,6 +75,7 @@ def write_annotations(
     annotations: _Annotations,
     graphs: Mapping[int, Iterable[Mapping[str, Any]]] | None = None,
     stacks: Mapping[int, Sequence[str]] | None = None,
+    traces: Sequence[_Path] | None = None,
 ) -> None: ...
 def run_cli(argv: Sequence[str]) -> int: ...
 def summary_report(

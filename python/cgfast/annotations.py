@@ -7,7 +7,7 @@ format; pickles written by PyTorch are read without executing any code.
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from cgfast import _cgfast
 
@@ -20,16 +20,20 @@ def save_annotations(
     *,
     graphs: Optional[Mapping[int, list]] = None,
     stacks: Optional[Mapping[int, list]] = None,
+    traces: Optional[Sequence[str | os.PathLike[str]]] = None,
 ) -> None:
     """Write ``annotations`` (node id -> list of dicts/strings) and, optionally, the
-    recorded graph topology and launch stacks (node id -> ``"file:line:function"``
-    frames, innermost first) to ``path`` atomically; gzip when the name ends in ``.gz``."""
-    if stacks:
-        _cgfast.write_annotations(
-            os.fspath(path), annotations, graphs, {k: list(v) for k, v in stacks.items()}
-        )
-    else:
-        _cgfast.write_annotations(os.fspath(path), annotations, graphs)
+    recorded graph topology, launch stacks (node id -> ``"file:line:function"`` frames,
+    innermost first) and the traces this process exported (absolute paths, which ``cgfast
+    annotate DIR`` pairs with this file) to ``path`` atomically; gzip when the name ends
+    in ``.gz``."""
+    _cgfast.write_annotations(
+        os.fspath(path),
+        annotations,
+        graphs,
+        {k: list(v) for k, v in stacks.items()} if stacks else None,
+        [os.fspath(t) for t in traces] if traces else None,
+    )
 
 
 def load_annotations(path: str | os.PathLike[str]) -> dict[int, list]:

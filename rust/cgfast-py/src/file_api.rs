@@ -171,21 +171,24 @@ pub fn read_annotations<'py>(
 }
 
 /// Write `annotations` (node id -> list of dicts/strings) and, optionally, `graphs`
-/// (exec graph id -> recorded nodes) and `stacks` (node id -> launch frames) as a cgfast annotation file at `path`,
-/// atomically; gzipped when the name ends in `.gz`. Raises TypeError for data of the
-/// wrong shape and `TraceError` when the file cannot be written.
+/// (exec graph id -> recorded nodes), `stacks` (node id -> launch frames) and `traces`
+/// (the absolute paths of the traces the recording process exported) as a cgfast
+/// annotation file at `path`, atomically; gzipped when the name ends in `.gz`. Raises
+/// TypeError for data of the wrong shape and `TraceError` when the file cannot be written.
 #[pyfunction]
-#[pyo3(signature = (path, annotations, graphs = None, stacks = None))]
+#[pyo3(signature = (path, annotations, graphs = None, stacks = None, traces = None))]
 pub fn write_annotations(
     py: Python<'_>,
     path: &Bound<'_, PyAny>,
     annotations: &Bound<'_, PyAny>,
     graphs: Option<&Bound<'_, PyAny>>,
     stacks: Option<std::collections::HashMap<NodeId, Vec<String>>>,
+    traces: Option<Vec<PathBuf>>,
 ) -> PyResult<()> {
     let path = path_of(path)?.ok_or_else(|| PyValueError::new_err("path must not be None"))?;
     let mut annotations = annotations_of(annotations, graphs)?;
     annotations.stacks = stacks.unwrap_or_default().into_iter().collect();
+    annotations.traces = traces.unwrap_or_default();
     py.detach(|| cgfast_core::write_annotations(&path, &annotations)).map_err(py_error)
 }
 

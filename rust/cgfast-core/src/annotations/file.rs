@@ -9,13 +9,15 @@
 //! A node of `graphs` is `[local_id, kind, name_index, dep_local_ids, grid, block]`
 //! with kind 0 = kernel, 1 = memcpy, 2 = memset; `name_index` is -1 and `grid`/`block`
 //! are null where the node has none. An optional `"stacks": {"8589934592":
-//! ["model.py:10:forward", "train.py:3:step"]}` gives nodes' launch frames, innermost first.
+//! ["model.py:10:forward", "train.py:3:step"]}` gives nodes' launch frames, innermost first;
+//! an optional `"traces": ["/runs/a/worker0.1.pt.trace.json.gz"]` the traces the recording
+//! process exported.
 
 use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap as HashMap;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::annotations::value::Value;
 use crate::annotations::{Annotations, GraphNode, Item, NodeKind};
@@ -97,6 +99,7 @@ fn from_document(document: Value) -> Decoded<Annotations> {
             },
             Some("graphs") => out.graphs = graphs(value)?,
             Some("stacks") => out.stacks = stacks(value)?,
+            Some("traces") => out.traces = traces(value)?,
             _ => {}
         }
     }
@@ -156,6 +159,19 @@ fn stacks(value: Value) -> Decoded<HashMap<NodeId, Vec<String>>> {
         out.insert(node, frames);
     }
     Ok(out)
+}
+
+fn traces(value: Value) -> Decoded<Vec<PathBuf>> {
+    let Value::List(paths) = value else {
+        return Err(invalid(format!("\"traces\" is {}, not a list of paths", key_text(&value))));
+    };
+    paths
+        .into_iter()
+        .map(|path| match path {
+            Value::Str(path) if !path.is_empty() => Ok(PathBuf::from(path)),
+            other => Err(invalid(format!("traces: an item is {}, not a path", key_text(&other)))),
+        })
+        .collect()
 }
 
 fn key_text(key: &Value) -> String {
@@ -300,6 +316,19 @@ pub(crate) fn to_json(annotations: &Annotations) -> Decoded<String> {
         }
         out.push('}');
     }
+    if !annotations.traces.is_empty() {
+        let paths = annotations
+            .traces
+            .iter()
+            .map(|path| {
+                path.to_str().map(|p| Value::Str(p.into())).ok_or_else(|| {
+                    invalid(format!("traces: {} is not valid UTF-8, which JSON cannot hold", path.display()))
+                })
+            })
+            .collect::<Decoded<Vec<Value>>>()?;
+        out.push_str(", \"traces\": ");
+        json_value::write(&Value::List(paths), &mut out);
+    }
     out.push_str("}\n");
     Ok(out)
 }
@@ -439,6 +468,48 @@ mod tests {
         let bad =
             br#"{"format": "cgfast-annotations", "version": 1, "annotations": {}, "stacks": {"1": [3]}}"#;
         assert!(read_bytes(bad).unwrap_err().contains("not a string"));
+    }
+
+    #[test]
+    fn traces_round_trip_and_bad_ones_are_refused() {
+        let mut a = sample();
+        a.traces = vec!["/runs/a/worker0.17.pt.trace.json.gz".into(), r#"/runs/b/t "1".json"#.into()];
+        let text = to_json(&a).unwrap();
+        let listed = r#", "traces": ["/runs/a/worker0.17.pt.trace.json.gz", "/runs/b/t \"1\".json"]}"#;
+        assert!(text.ends_with(&format!("{listed}\n")), "{text}");
+        assert_eq!(read_bytes(text.as_bytes()).unwrap().traces, a.traces);
+        // without traces, the file is what it was before they existed
+        let without = format!("{}}}\n", &text[..text.len() - listed.len() - 1]);
+        assert_eq!(without, to_json(&sample()).unwrap());
+        let with = |traces: &str| {
+            format!(
+                r#"{{"format": "cgfast-annotations", "version": 1, "annotations": {{}}, "traces": {traces}}}"#
+            )
+        };
+        assert!(read_bytes(with("[]").as_bytes()).unwrap().traces.is_empty());
+        for (bad, message) in [
+            (r#""/runs/t.json""#, r#"a.ann: "traces" is "/runs/t.json", not a list of paths"#),
+            (r#"{"0": "t.json"}"#, r#"a.ann: "traces" is {'0': 't.json'}, not a list of paths"#),
+            (r#"["t.json", 3]"#, "a.ann: traces: an item is 3, not a path"),
+            (r#"[""]"#, r#"a.ann: traces: an item is "", not a path"#),
+            ("[null]", "a.ann: traces: an item is None, not a path"),
+        ] {
+            let error = read_bytes(with(bad).as_bytes()).unwrap_err();
+            assert!(error.ends_with(message) && !error.contains('\n'), "{bad}: {error}");
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_trace_path_json_cannot_hold_is_refused() {
+        use std::os::unix::ffi::OsStrExt;
+        let mut a = sample();
+        a.traces = vec![PathBuf::from(std::ffi::OsStr::from_bytes(b"/runs/\xff.json"))];
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.json");
+        let error = write(&path, &a).unwrap_err().to_string();
+        assert!(error.contains("a.json: traces:") && error.contains("not valid UTF-8"), "{error}");
+        assert!(!path.exists());
     }
 
     #[test]

@@ -179,6 +179,9 @@ pub struct Annotations {
     /// Node id -> the Python frames that launched it (`file:line:function`, innermost
     /// first); written to annotated events as `args["launch"]` and `args["launch_stack"]`.
     pub stacks: HashMap<NodeId, Vec<String>>,
+    /// The traces the process that recorded these exported, as `cgfast run` lists them
+    /// (absolute paths, as the process wrote them).
+    pub traces: Vec<PathBuf>,
     /// The annotation file they were read from, if any.
     pub source: Option<PathBuf>,
 }
