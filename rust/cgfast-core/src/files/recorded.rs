@@ -109,12 +109,14 @@ impl Pairing {
     /// Read the annotation files directly in `dir` (once, however often it is named)
     /// and pair the traces they list with them.
     fn read_directory(&mut self, dir: &Path) -> Result<(), Error> {
-        let canonical = dir.canonicalize().map_err(|e| Error::read(dir, e))?;
+        let cannot_list =
+            |e| Error::Inputs { message: format!("{}: cannot list the directory ({e})", dir.display()) };
+        let canonical = dir.canonicalize().map_err(cannot_list)?;
         if self.read.contains(&canonical) {
             return Ok(());
         }
         let mut names: Vec<String> = std::fs::read_dir(dir)
-            .map_err(|e| Error::read(dir, e))?
+            .map_err(cannot_list)?
             .filter_map(|entry| entry.ok())
             .filter_map(|entry| entry.file_name().into_string().ok())
             .filter(|name| is_annotation_file_name(name))
