@@ -186,3 +186,21 @@ def test_a_malformed_list_is_one_line_naming_the_file(program, traces, problem):
         line = assert_clean_failure(run_cli("annotate", *args, cwd=root))
         assert line.startswith(f"cgfast: error: out/kernel_annotations_rank0_111.json: {problem}")
     assert not output_of(first).exists()
+
+
+def test_a_file_that_cannot_be_read_lists_nothing_and_fails_only_its_ranks_traces(program):
+    root, first, second = program
+    (root / "out" / "kernel_annotations_rank5_1.json").write_text('{"5": [')  # truncated
+    run = run_cli("annotate", "out", "--json", cwd=root)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["annotated_traces"] == 2
+    ranked = root / "out" / "000005.1.pt.trace.json.gz"
+    shutil.copyfile(TRACE, ranked)
+    run = run_cli("annotate", "out", cwd=root)
+    assert run.returncode == 1
+    assert run.stderr.splitlines() == [
+        "cgfast: failed: out/000005.1.pt.trace.json.gz: out/kernel_annotations_rank5_1.json: not valid JSON: "
+        "expected more input (the document is truncated) at byte 7",
+        "cgfast: error: 1 of 3 traces failed",
+    ]
+    check_annotated_by_their_own_process(first, second)

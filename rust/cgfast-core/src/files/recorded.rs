@@ -7,9 +7,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use crate::annotations::file::read_traces;
 use crate::files::inputs::{find_where, Wanted};
 use crate::files::paths::{find_annotations, rank_annotations_in, rank_of_name};
-use crate::{read_annotations, Error};
+use crate::Error;
 
 /// Which annotation file annotates each trace: the one that lists the trace in its
 /// `"traces"`, else the file of the trace's rank.
@@ -124,7 +125,7 @@ impl Pairing {
         names.sort();
         for name in names {
             let annotations = dir.join(name);
-            for trace in read_annotations(&annotations)?.traces {
+            for trace in read_traces(&annotations)? {
                 let trace = dir.join(trace);
                 if trace.file_name().is_some_and(|n| n.to_string_lossy().contains(".annotated.")) {
                     continue;
@@ -294,6 +295,17 @@ mod tests {
         .unwrap();
         let error = find_paired_traces(&[root.path().to_path_buf()]).unwrap_err().to_string();
         assert!(error.starts_with(&format!("{}: \"traces\" is", file.display())), "{error}");
+    }
+
+    #[test]
+    fn a_file_that_does_not_parse_lists_nothing_and_is_still_its_ranks() {
+        let root = tempfile::tempdir().unwrap();
+        let trace = touch(&root.path().join("000002.1.pt.trace.json"));
+        let corrupt = root.path().join("kernel_annotations_rank2_1.json");
+        std::fs::write(&corrupt, b"{\"format\": \"cgfast-annotations\", \"traces\": [").unwrap();
+        let (traces, pairing) = find_paired_traces(&[root.path().to_path_buf()]).unwrap();
+        assert_eq!(traces, std::slice::from_ref(&trace));
+        assert_eq!(pairing.annotations_of(&trace, "").unwrap(), corrupt, "reading it says what is wrong");
     }
 
     #[test]
