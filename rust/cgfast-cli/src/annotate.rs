@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 
 use cgfast_core::{
-    annotate_file, default_output, find_annotations, read_annotations, CancelToken, Lanes, Options, Recover,
-    Report,
+    annotate_file, default_output, find_annotations, read_annotations, CancelToken, Lanes, Options, Pairing,
+    Recover, Report,
 };
 
 use crate::progress::Progress;
@@ -15,10 +15,13 @@ use crate::Failure;
 #[derive(clap::Args)]
 pub struct Args {
     /// The profiler trace (.json or .json.gz; gzip is recognised by its content); or
-    /// several, directories (searched for *.trace.json[.gz]) and glob patterns.
+    /// several, directories (searched for *.trace.json[.gz], and for the traces that the
+    /// annotation files in them list, wherever those are) and glob patterns.
     #[arg(required = true, value_name = "TRACE")]
     pub(crate) traces: Vec<PathBuf>,
-    /// Kernel annotations (.json, .json.gz or a PyTorch .pkl); found beside each trace when omitted.
+    /// Kernel annotations (.json, .json.gz or a PyTorch .pkl), or a directory of them
+    /// (each trace gets the file there that lists it, else its rank's); found beside each
+    /// trace when omitted.
     #[arg(short, long)]
     pub(crate) annotations: Option<PathBuf>,
     /// Where to write the result [default: <trace>.annotated.json[.gz]]; only for one trace.
@@ -114,6 +117,9 @@ pub fn run(args: &Args, trace: PathBuf, cancel: &CancelToken) -> Result<(), Fail
     let options = args.options()?;
     let started = std::time::Instant::now();
     let annotations = match &args.annotations {
+        Some(dir) if dir.is_dir() => {
+            read_annotations(&Pairing::in_directory(dir)?.annotations_of(&trace, ANNOTATIONS_FILE_FLAG)?)?
+        }
         Some(path) => read_annotations(path)?,
         None => read_annotations(&find_annotations(&trace, ANNOTATIONS_FLAG)?)?,
     };
@@ -151,6 +157,8 @@ pub(crate) fn warn_of_invalid_utf8(report: &Report) {
 
 /// How to name annotations that are not found.
 pub(crate) const ANNOTATIONS_FLAG: &str = "use -a to name them";
+/// How to name the annotations of a trace that `-a DIR` has none for.
+pub(crate) const ANNOTATIONS_FILE_FLAG: &str = "use -a FILE to name its annotations";
 
 pub(crate) fn thousands(n: u64) -> String {
     let s = n.to_string();

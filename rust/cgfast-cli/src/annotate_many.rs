@@ -1,13 +1,15 @@
-//! `cgfast annotate` of several traces: every trace the inputs name, on all cores,
-//! each written beside its input; a failure is reported and the others go on.
+//! `cgfast annotate` of several traces: every trace the inputs name (with those that
+//! the annotation files of a directory among them list), on all cores, each written
+//! beside its input; a failure is reported and the others go on.
 
 use std::path::{Path, PathBuf};
 
 use cgfast_core::{
-    annotate_files, find_traces, read_annotations, AnnotationsOf, CancelToken, Report, Wanted,
+    annotate_files, find_paired_traces, find_traces, read_annotations, Annotations, AnnotationsOf,
+    CancelToken, Pairing, Report, Wanted,
 };
 
-use crate::annotate::{thousands, warn_of_invalid_utf8, Args, ANNOTATIONS_FLAG};
+use crate::annotate::{thousands, warn_of_invalid_utf8, Args, ANNOTATIONS_FILE_FLAG, ANNOTATIONS_FLAG};
 use crate::files_progress::Files;
 use crate::Failure;
 
@@ -30,11 +32,24 @@ pub fn run(args: &Args, cancel: &CancelToken) -> Result<(), Failure> {
     }
     let options = args.options()?;
     let started = std::time::Instant::now();
-    let traces = find_traces(&args.traces, Wanted::Traces)?;
-    let shared = args.annotations.as_deref().map(read_annotations).transpose()?;
-    let annotations = match &shared {
-        Some(annotations) => AnnotationsOf::All(annotations),
-        None => AnnotationsOf::Found { hint: ANNOTATIONS_FLAG },
+    let (traces, named) = match &args.annotations {
+        None => {
+            let (traces, pairing) = find_paired_traces(&args.traces)?;
+            (traces, Named::ByDirectoriesGiven(pairing))
+        }
+        Some(dir) if dir.is_dir() => {
+            let traces = find_traces(&args.traces, Wanted::Traces)?;
+            (traces, Named::InDirectory(Pairing::in_directory(dir)?))
+        }
+        Some(file) => {
+            let traces = find_traces(&args.traces, Wanted::Traces)?;
+            (traces, Named::File(read_annotations(file)?))
+        }
+    };
+    let annotations = match &named {
+        Named::ByDirectoriesGiven(pairing) => AnnotationsOf::Paired { pairing, hint: ANNOTATIONS_FLAG },
+        Named::InDirectory(pairing) => AnnotationsOf::Paired { pairing, hint: ANNOTATIONS_FILE_FLAG },
+        Named::File(annotations) => AnnotationsOf::All(annotations),
     };
     let progress = Files::new("annotating", &traces, !args.no_progress, 0);
     let jobs = match args.jobs {
@@ -79,6 +94,9 @@ pub fn run(args: &Args, cancel: &CancelToken) -> Result<(), Failure> {
     for report in &done {
         warn_of_invalid_utf8(report);
     }
+    if let Named::ByDirectoriesGiven(pairing) = &named {
+        warn_of_missing(pairing);
+    }
     for (_, line) in &failed {
         eprintln!("cgfast: failed: {line}");
     }
@@ -86,6 +104,33 @@ pub fn run(args: &Args, cancel: &CancelToken) -> Result<(), Failure> {
         Ok(())
     } else {
         Err(Failure::Said(format!("{} of {} traces failed", failed.len(), traces.len())))
+    }
+}
+
+/// Where the annotations of the traces come from, as `-a` names them.
+enum Named {
+    /// No `-a`: the annotation files of the directories given that list each trace,
+    /// else its rank's, found beside it.
+    ByDirectoriesGiven(Pairing),
+    /// `-a DIR`: the file in it that lists each trace, else its rank's.
+    InDirectory(Pairing),
+    /// `-a FILE`: these, for every trace.
+    File(Annotations),
+}
+
+/// One line on stderr for the traces that annotation files list and that are gone.
+fn warn_of_missing(pairing: &Pairing) {
+    let mut missing = pairing.missing();
+    let count = missing.len();
+    let Some(first) = missing.next() else { return };
+    let first = first.display();
+    if count == 1 {
+        eprintln!("cgfast: warning: a trace that an annotation file lists does not exist, left out: {first}");
+    } else {
+        eprintln!(
+            "cgfast: warning: {} traces that annotation files list do not exist, left out; the first: {first}",
+            thousands(count as u64)
+        );
     }
 }
 

@@ -9,7 +9,8 @@
 //! fails with an [`Error`] whose message is one line naming the file at fault.
 //! Annotation files are read and written by [`read_annotations`] and
 //! [`write_annotations`]; [`find_annotations`], [`default_output`] and [`find_traces`]
-//! name the files a run touches.
+//! name the files a run touches, and a [`Pairing`] ([`find_paired_traces`]) gives each
+//! trace the annotation file that lists it.
 //!
 //! [`summarize_files`] says where the GPU time of graph replays goes, per value of an
 //! annotation key, as a [`Summary`] (with [`write_chart`] to draw it); [`diff_files`]
@@ -51,6 +52,7 @@ pub use error::Error;
 pub use files::inputs::{find as find_traces, Wanted};
 pub use files::many::{annotate_files, AnnotationsOf, FilesProgress, Silent};
 pub use files::paths::{default_output, find_annotations};
+pub use files::recorded::{find_paired_traces, Pairing};
 pub use index::NodeId;
 pub use options::{Lanes, Options, Recover, Spans, WriteMode};
 pub use pipeline::{annotate_file, Phase};

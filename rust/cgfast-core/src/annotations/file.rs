@@ -33,10 +33,7 @@ pub(crate) const VERSION: i128 = 1;
 /// Read an annotation file; the error is one line naming the file.
 pub fn read(path: &Path) -> Result<Annotations, Error> {
     let bytes = crate::read::input::read_all(path).map_err(|e| Error::read(path, e))?;
-    let in_file = |e: Error| match e {
-        Error::Annotations { path: None, message } => Error::annotations(Some(path), message),
-        other => other,
-    };
+    let in_file = |e: Error| in_file(path, e);
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace()).copied();
     let document = match first {
         None => return Err(in_file(invalid("the annotation file is empty".into()))),
@@ -54,6 +51,30 @@ pub fn read(path: &Path) -> Result<Annotations, Error> {
     let mut annotations = from_document(document).map_err(in_file)?;
     annotations.source = Some(path.to_path_buf());
     Ok(annotations)
+}
+
+/// The traces an annotation file lists (`"traces"`), to pair them with it: none where
+/// it lists none, or is no cgfast annotation file that parses (reading its annotations
+/// says why, where they are used); an error naming the file where its `"traces"` is
+/// malformed.
+pub(crate) fn read_traces(path: &Path) -> Result<Vec<PathBuf>, Error> {
+    let Ok(bytes) = crate::read::input::read_all(path) else { return Ok(Vec::new()) };
+    let Ok(Value::Dict(entries)) = json_value::parse(&bytes) else { return Ok(Vec::new()) };
+    if !entries.iter().any(|(k, v)| k.as_str() == Some("format") && v.as_str() == Some(FORMAT)) {
+        return Ok(Vec::new());
+    }
+    match entries.into_iter().find(|(key, _)| key.as_str() == Some("traces")) {
+        Some((_, listed)) => traces(listed).map_err(|e| in_file(path, e)),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// An error about an annotation file, naming it.
+fn in_file(path: &Path, e: Error) -> Error {
+    match e {
+        Error::Annotations { path: None, message } => Error::annotations(Some(path), message),
+        other => other,
+    }
 }
 
 /// What is wrong with an annotation file (whose path the caller adds).
@@ -262,10 +283,7 @@ fn decode_node(node: Value, base: i64, names: &[String]) -> Option<GraphNode> {
 
 /// Write `annotations` atomically in cgfast's JSON format (gzipped for `.gz`).
 pub fn write(path: &Path, annotations: &Annotations) -> Result<(), Error> {
-    let text = to_json(annotations).map_err(|e| match e {
-        Error::Annotations { path: None, message } => Error::annotations(Some(path), message),
-        other => other,
-    })?;
+    let text = to_json(annotations).map_err(|e| in_file(path, e))?;
     let file = AtomicFile::create(path).map_err(|e| Error::write(path, e))?;
     let result = if is_gzip_path(path) {
         let mut gz = flate2::write::GzEncoder::new(file.file(), flate2::Compression::new(6));
@@ -497,6 +515,32 @@ mod tests {
             let error = read_bytes(with(bad).as_bytes()).unwrap_err();
             assert!(error.ends_with(message) && !error.contains('\n'), "{bad}: {error}");
         }
+    }
+
+    #[test]
+    fn traces_alone_are_read_from_any_file_that_parses_and_refused_only_when_malformed() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        let cgfast = |rest: &str| format!(r#"{{"format": "cgfast-annotations", "version": 1{rest}}}"#);
+        let listed = file("listed.json", &cgfast(r#", "annotations": {"x": 1}, "traces": ["/t/a.json"]"#));
+        assert!(read(&listed).is_err(), "its annotations are bad");
+        assert_eq!(read_traces(&listed).unwrap(), [PathBuf::from("/t/a.json")]);
+        for unlisted in [
+            file("none.json", &cgfast(r#", "annotations": {}"#)),
+            file("truncated.json", r#"{"format": "cgfast-annotations", "traces": ["/t/a.json"#),
+            file("bare.json", r#"{"traces": ["/t/a.json"]}"#),
+            file("empty.json", ""),
+            dir.path().join("absent.json"),
+        ] {
+            assert!(read_traces(&unlisted).unwrap().is_empty(), "{}", unlisted.display());
+        }
+        let bad = file("bad.json", &cgfast(r#", "annotations": {}, "traces": [1]"#));
+        let error = read_traces(&bad).unwrap_err().to_string();
+        assert!(error.ends_with("bad.json: traces: an item is 1, not a path"), "{error}");
     }
 
     #[cfg(unix)]

@@ -52,12 +52,21 @@ fn is_pattern(text: &str) -> bool {
 /// (reading it reports the error); a directory or a pattern that yields nothing is an
 /// error.
 pub fn find(inputs: &[PathBuf], wanted: Wanted) -> Result<Vec<PathBuf>, Error> {
+    find_where(inputs, wanted, &|_| false)
+}
+
+/// [`find`], where a directory for which `holds_other_work(dir)` may yield nothing.
+pub(crate) fn find_where(
+    inputs: &[PathBuf],
+    wanted: Wanted,
+    holds_other_work: &dyn Fn(&Path) -> bool,
+) -> Result<Vec<PathBuf>, Error> {
     let mut found = Vec::new();
     for input in inputs {
         if input.is_dir() {
             let before = found.len();
             walk(input, wanted, &mut found)?;
-            if found.len() == before {
+            if found.len() == before && !holds_other_work(input) {
                 return Err(inputs_error(format!("no {} under {}", wanted.describe(), input.display())));
             }
         } else if input.exists() {

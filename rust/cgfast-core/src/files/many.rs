@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::files::paths::{default_output, find_annotations};
-use crate::{annotate_file, Annotations, CancelToken, Error, Options, Phase, Report};
+use crate::{annotate_file, Annotations, CancelToken, Error, Options, Pairing, Phase, Report};
 
 /// How far the work on each file is, reported from the threads doing it.
 pub trait FilesProgress: Sync {
@@ -138,6 +138,15 @@ pub enum AnnotationsOf<'a> {
         /// How to name the annotations instead, in the caller's words.
         hint: &'a str,
     },
+    /// The annotation file `pairing` gives each trace (see
+    /// [`Pairing::annotations_of`]), read once however many traces share it; `hint`
+    /// ends the error where there is none.
+    Paired {
+        /// Which file annotates each trace.
+        pairing: &'a Pairing,
+        /// How to name the annotations instead, in the caller's words.
+        hint: &'a str,
+    },
 }
 
 /// Annotate each of `traces` into `<trace>.annotated.json[.gz]` beside it, on `jobs`
@@ -160,6 +169,10 @@ pub fn annotate_files(
             AnnotationsOf::All(given) => given,
             AnnotationsOf::Found { hint } => {
                 found = files.get(&find_annotations(trace, hint)?)?;
+                &found
+            }
+            AnnotationsOf::Paired { pairing, hint } => {
+                found = files.get(&pairing.annotations_of(trace, hint)?)?;
                 &found
             }
         };

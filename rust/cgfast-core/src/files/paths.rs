@@ -47,32 +47,33 @@ pub(crate) fn rank_of_name(trace: &Path) -> Option<u64> {
 /// beside the trace itself), JSON before pickles.
 pub(crate) fn discover_annotations(trace: &Path) -> Option<PathBuf> {
     let rank = rank_of_name(trace)?;
-    let prefix = format!("kernel_annotations_rank{rank}_");
     let dir = trace.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let dirs = [dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")), dir];
-    for dir in dirs {
-        let Ok(entries) = std::fs::read_dir(dir) else { continue };
-        let mut found: Vec<(u8, String)> = entries
-            .filter_map(|e| e.ok())
-            .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|n| n.starts_with(&prefix))
-            .filter_map(|n| {
-                let rank = if n.ends_with(".json") || n.ends_with(".json.gz") {
-                    0
-                } else if n.ends_with(".pkl") {
-                    1
-                } else {
-                    return None;
-                };
-                Some((rank, n))
-            })
-            .collect();
-        found.sort();
-        if let Some((_, n)) = found.into_iter().next() {
-            return Some(dir.join(n));
-        }
-    }
-    None
+    dirs.into_iter().find_map(|dir| rank_annotations_in(dir, rank))
+}
+
+/// The first of `dir/kernel_annotations_rank{rank}_*.{json,json.gz,pkl}`, JSON before
+/// pickles.
+pub(crate) fn rank_annotations_in(dir: &Path, rank: u64) -> Option<PathBuf> {
+    let prefix = format!("kernel_annotations_rank{rank}_");
+    let entries = std::fs::read_dir(dir).ok()?;
+    let mut found: Vec<(u8, String)> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.starts_with(&prefix))
+        .filter_map(|n| {
+            let rank = if n.ends_with(".json") || n.ends_with(".json.gz") {
+                0
+            } else if n.ends_with(".pkl") {
+                1
+            } else {
+                return None;
+            };
+            Some((rank, n))
+        })
+        .collect();
+    found.sort();
+    found.into_iter().next().map(|(_, n)| dir.join(n))
 }
 
 #[cfg(test)]
