@@ -200,6 +200,13 @@ def test_annotations_are_saved_at_each_export_listing_the_trace(tmp_path):
     with open(out / name) as f:
         assert json.load(f)["traces"] == [str(trace)]
     assert trace.exists()
+    paired = subprocess.run(
+        [sys.executable, "-m", "cgfast", "annotate", str(out), "--json"], capture_output=True, text=True, timeout=120
+    )
+    assert paired.returncode == 0, paired.stderr
+    (report,) = json.loads(paired.stdout)["reports"]  # the trace elsewhere, with this process's file
+    assert os.path.samefile(report["annotations"], out / name) and report["annotations_loaded"] == len(annotations)
+    assert report["output"] == str(trace).replace(".json", ".annotated.json")
     assert "annotations  1 file (rank 0)" in done.stderr and f"cgfast annotate {out}" in done.stderr
     assert "traces       1 exported by the program" in done.stderr
 
