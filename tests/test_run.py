@@ -201,11 +201,16 @@ def test_annotations_are_saved_at_each_export_listing_the_trace(tmp_path):
         assert json.load(f)["traces"] == [str(trace)]
     assert trace.exists()
     paired = subprocess.run(
-        [sys.executable, "-m", "cgfast", "annotate", str(out), "--json"], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "cgfast", "annotate", str(out), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert paired.returncode == 0, paired.stderr
     (report,) = json.loads(paired.stdout)["reports"]  # the trace elsewhere, with this process's file
-    assert os.path.samefile(report["annotations"], out / name) and report["annotations_loaded"] == len(annotations)
+    assert os.path.samefile(report["annotations"], out / name) and report["annotations_loaded"] == len(
+        annotations
+    )
     assert report["output"] == str(trace).replace(".json", ".annotated.json")
     assert "annotations  1 file (rank 0)" in done.stderr and f"cgfast annotate {out}" in done.stderr
     assert "traces       1 exported by the program" in done.stderr
@@ -383,11 +388,15 @@ def test_an_engine_runs_untouched_with_its_output_its_own(tmp_path):
 
 def test_stacks_record_the_launch_lines(tmp_path):
     out = tmp_path / "out"
-    done = cgfast_run("--out", out, "--stacks", "--", sys.executable, program("fake_capture.py"), tmp_path / "t.json")
+    done = cgfast_run(
+        "--out", out, "--stacks", "--", sys.executable, program("fake_capture.py"), tmp_path / "t.json"
+    )
     assert done.returncode == 0, done.stderr
     (name,) = os.listdir(out)
     with open(out / name) as f:
         stacks = json.load(f)["stacks"]
     assert stacks and all(frames for frames in stacks.values())
     innermost = {frames[0].rsplit(":", 2)[0] for frames in stacks.values()}
-    assert any(path.endswith(("fake_capture.py", "linear.py", "activation.py")) for path in innermost), innermost
+    assert any(path.endswith(("fake_capture.py", "linear.py", "activation.py")) for path in innermost), (
+        innermost
+    )

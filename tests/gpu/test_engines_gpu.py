@@ -40,12 +40,19 @@ def workdir(tmp_path, name):
 
 
 def env():
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "python"), os.environ.get("PYTHONPATH", "")])}
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "python"), os.environ.get("PYTHONPATH", "")]),
+    }
 
 
 def cgfast(*args, timeout=600):
     done = subprocess.run(
-        [sys.executable, "-m", "cgfast", *map(str, args)], capture_output=True, text=True, env=env(), timeout=timeout
+        [sys.executable, "-m", "cgfast", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=timeout,
     )
     print(done.stdout[-4000:], done.stderr[-6000:])
     return done
@@ -56,7 +63,14 @@ def engine(name, *args):
 
 
 def torchrun(nprocs, name, *args):
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nprocs), *engine(name, *args)[1:]]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(nprocs),
+        *engine(name, *args)[1:],
+    ]
 
 
 def module_names(name, *args):
@@ -102,7 +116,9 @@ def listed_traces(out):
 
 def test_vllm_style_piecewise_engine(tmp_path):
     out, traces = workdir(tmp_path, "vllm-run"), workdir(tmp_path, "vllm-traces")
-    done = cgfast("run", "--out", out, "--", *engine("vllm_style", "--trace-dir", traces, "--batch-sizes", "1,2,4"))
+    done = cgfast(
+        "run", "--out", out, "--", *engine("vllm_style", "--trace-dir", traces, "--batch-sizes", "1,2,4")
+    )
     assert done.returncode == 0
     assert done.stdout.startswith("done ")
     (listed,) = listed_traces(out).values()  # the worker's; the parent captured nothing
@@ -122,7 +138,11 @@ def test_vllm_style_piecewise_engine(tmp_path):
 def test_sglang_style_schedulers(tmp_path, start):
     out, traces = workdir(tmp_path, f"sglang-{start}-run"), workdir(tmp_path, f"sglang-{start}-traces")
     done = cgfast(
-        "run", "--out", out, "--", *engine("sglang_style", "--trace-dir", traces, "--schedulers", 2, "--start", start)
+        "run",
+        "--out",
+        out,
+        "--",
+        *engine("sglang_style", "--trace-dir", traces, "--schedulers", 2, "--start", start),
     )
     assert done.returncode == 0
     listed = listed_traces(out)

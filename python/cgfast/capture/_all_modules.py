@@ -200,4 +200,6 @@ def annotate_all_modules(
     ``backward`` (``ValueError`` otherwise); naming stops when the last is removed.
     ``Module.__call__`` is wrapped from the first capture on, not before;
     ``annotate_modules`` handles take precedence. Holds annotations on while active."""
-    return AllModuleAnnotations(key=key, backward=backward, stacks=stacks, stack_filter_paths=stack_filter_paths)
+    return AllModuleAnnotations(
+        key=key, backward=backward, stacks=stacks, stack_filter_paths=stack_filter_paths
+    )

@@ -282,9 +282,13 @@ def report(settings: RunSettings, command: List[str], status: int, depth: int) -
         exported = sum(len(listed_traces(f)) for f in files)
         if exported:
             lines.append(f"  traces       {exported} exported by the program, listed in those files")
-            lines.append(f"  next         cgfast annotate {out}    # each trace with its process's annotations")
+            lines.append(
+                f"  next         cgfast annotate {out}    # each trace with its process's annotations"
+            )
         else:
-            lines.append("  traces       none exported: profile the program (its own profiler, or cgfast run --profile)")
+            lines.append(
+                "  traces       none exported: profile the program (its own profiler, or cgfast run --profile)"
+            )
     print("\n".join(lines), file=sys.stderr)
 
 
