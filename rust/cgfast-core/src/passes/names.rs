@@ -236,9 +236,17 @@ mod tests {
         Some((profiler, driver))
     }
 
-    /// A bundled trace's folder (`examples/` also holds scripts, and their `__pycache__`).
+    /// A bundled trace's folder (`examples/` also holds scripts, folders of them and
+    /// their `__pycache__`).
     fn is_example_dir(entry: &std::fs::DirEntry) -> bool {
-        entry.path().is_dir() && !entry.file_name().to_string_lossy().starts_with(['_', '.'])
+        let holds_a_trace = |dir: &std::path::Path| {
+            std::fs::read_dir(dir).is_ok_and(|mut files| {
+                files.any(|f| f.is_ok_and(|f| f.file_name().to_string_lossy().ends_with(".pt.trace.json.gz")))
+            })
+        };
+        entry.path().is_dir()
+            && !entry.file_name().to_string_lossy().starts_with(['_', '.'])
+            && holds_a_trace(&entry.path())
     }
 
     #[test]
