@@ -1,7 +1,8 @@
 """``cgfast run --profile``: the profiler over a window of graph replays in each process.
 
 The replays of every ``torch.cuda.CUDAGraph`` are counted; the profiler starts before
-replay ``skip + 1`` and stops after replay ``skip + replays``, and the trace goes into
+replay ``skip + 1`` and stops after replay ``skip + replays`` (or the first after it on
+the thread that started the profiler), and the trace goes into
 the run's directory as ``{rank:06d}.{host}_{pid}.{ns}.pt.trace.json.gz`` (exported
 through the profiler, so the process's annotation file lists it). A window cut short
 (the program ends or is interrupted first) is exported at exit with what it holds. A
@@ -35,6 +36,7 @@ class ReplayWindow:
         self.done = False
         self._lock = threading.RLock()
         self._on_sigterm: Any = None  # the SIGTERM handler put in while the window is open
+        self._opened_on: Any = None  # the thread that started the profiler
 
     def install(self) -> None:
         import torch
@@ -62,7 +64,11 @@ class ReplayWindow:
 
     def after_replay(self) -> None:
         with self._lock:
-            if self.profiler is not None and self.seen >= self.skip + self.replays:
+            if self.profiler is None or self.seen < self.skip + self.replays:
+                return
+            # the profiler stops on the thread that started it (a backward graph replays
+            # on autograd's thread): there, at its first replay from here on
+            if threading.current_thread() is self._opened_on:
                 self.finish()
 
     def _open(self) -> None:
@@ -81,6 +87,7 @@ class ReplayWindow:
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         self.profiler = torch.profiler.profile(activities=activities)
         self.profiler.start()
+        self._opened_on = threading.current_thread()
         self._on_sigterm = _finish_on_sigterm(self)
 
     def finish(self) -> None:
