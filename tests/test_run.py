@@ -400,3 +400,35 @@ def test_stacks_record_the_launch_lines(tmp_path):
     assert any(path.endswith(("fake_capture.py", "linear.py", "activation.py")) for path in innermost), (
         innermost
     )
+
+
+def test_torch_compile_produces_the_same_under_cgfast_run(tmp_path):
+    """Dynamo's counters (graphs, graph breaks, recompiles), Inductor's code once the
+    toggle's brackets are taken out, and the outputs: the same with and without."""
+    pytest.importorskip("transformers")
+    argv = [sys.executable, program("compile_and_report.py")]
+
+    def report(done):
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.splitlines()[-1])
+
+    def cache(name):
+        return {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / name)}
+
+    plain = report(subprocess.run(argv, capture_output=True, text=True, timeout=600, env=cache("plain")))
+    run = report(cgfast_run("--out", tmp_path / "out", "--", *argv, env=cache("run"), timeout=600))
+    assert run["counters"] == plain["counters"] and plain["counters"]["stats"]["unique_graphs"] >= 1
+    assert run["outputs"] == plain["outputs"]
+
+    def without_brackets(code):
+        return [
+            line
+            for line in code.splitlines()
+            if "_annotation_ctx" not in line
+            and "_mark_kernels" not in line
+            and not line.startswith("# AOT ID")
+        ]
+
+    assert len(run["codes"]) == len(plain["codes"]) >= 2
+    assert all("_mark_kernels" in code for code in run["codes"])  # the toggle was on
+    assert [without_brackets(c) for c in run["codes"]] == [without_brackets(c) for c in plain["codes"]]
