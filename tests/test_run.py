@@ -5,6 +5,7 @@ a hidden sitecustomize still run, and one-line failures."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -432,3 +433,105 @@ def test_torch_compile_produces_the_same_under_cgfast_run(tmp_path):
     assert len(run["codes"]) == len(plain["codes"]) >= 2
     assert all("_mark_kernels" in code for code in run["codes"])  # the toggle was on
     assert [without_brackets(c) for c in run["codes"]] == [without_brackets(c) for c in plain["codes"]]
+
+
+def profile_outputs(out):
+    traces = sorted(p.name for p in out.glob("000000.*.pt.trace.json.gz"))
+    annotated = sorted(p.name for p in out.glob("000000.*.pt.trace.annotated.json.gz"))
+    return traces, annotated
+
+
+def test_profile_window_is_profiled_annotated_and_summarized(tmp_path):
+    out = tmp_path / "out"
+    done = cgfast_run(
+        "--out",
+        out,
+        "--profile",
+        "--replays",
+        3,
+        "--skip",
+        2,
+        "--",
+        sys.executable,
+        program("fake_capture.py"),
+        tmp_path / "t.json",
+        "--replays",
+        10,
+        "--exit-without-export",
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "program output\n"
+    traces, annotated = profile_outputs(out)
+    assert len(traces) == len(annotated) == 1
+    (name,) = [p.name for p in out.glob("kernel_annotations_rank0_*.json")]
+    with open(out / name) as f:
+        assert json.load(f)["traces"] == [str(out / traces[0])]
+    with gzip.open(out / traces[0], "rt") as f:
+        stamps = [e for e in json.load(f)["traceEvents"] if e.get("name", "").startswith("cgfast.replay ")]
+    assert len(stamps) == 3  # replays 3 to 5, each stamped with its graph
+    lines = done.stderr.splitlines()
+    status = lines.index("cgfast run: python exited with status 0")
+    assert any(line.startswith("cgfast summary by args.module") for line in lines[status:])
+    assert (
+        f"  traces       1 annotated in {out}" in lines
+        and f"  next         cgfast summary {out} --chart summary.html" in lines
+    )
+
+
+def test_a_program_profiling_itself_keeps_its_profiler(tmp_path):
+    out = tmp_path / "out"
+    done = cgfast_run(
+        "--out",
+        out,
+        "--profile",
+        "--skip",
+        0,
+        "--",
+        sys.executable,
+        program("fake_capture.py"),
+        tmp_path / "own.json",
+        "--replays",
+        0,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "own.json").exists() and profile_outputs(out) == ([], [])
+    assert "traces       none: no process replayed a graph" in done.stderr
+
+
+@pytest.mark.parametrize("signum,status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupted_program_leaves_what_was_profiled_annotated(tmp_path, signum, status):
+    out, marker = tmp_path / "out", tmp_path / "replaying"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cgfast",
+            "run",
+            "--out",
+            str(out),
+            "--profile",
+            "--replays",
+            "100000",
+            "--skip",
+            "5",
+            "--",
+            sys.executable,
+            program("fake_capture.py"),
+            str(tmp_path / "t.json"),
+            "--forever",
+            str(marker),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == status, err
+    traces, annotated = profile_outputs(out)
+    assert len(traces) == len(annotated) == 1, err
+    assert f"exited with status {status}" in err and "traces       1 annotated" in err

@@ -3,6 +3,7 @@ graph driver (tests/fake_graph_driver.py: no GPU needed), then profiles and expo
 trace wherever it is told, as a program's own profiler does.
 
     python fake_capture.py TRACE [--fork-child] [--exit-without-export] [--no-capture]
+                                 [--replays N] [--forever MARKER]
 
 Every aten op the model runs during the capture launches a fake kernel named after it,
 so the recorded module of each node is known: an ``nn.Sequential`` of Linear, ReLU,
@@ -13,6 +14,7 @@ import argparse
 import multiprocessing
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -35,7 +37,7 @@ class LaunchEachOp(TorchDispatchMode):
         return out
 
 
-def capture_model() -> None:
+def capture_model() -> FakeCUDAGraph:
     driver = FakeGraphDriver()
     runtime.use_backend(driver.backend())
     patch_class(FakeCUDAGraph)
@@ -46,6 +48,18 @@ def capture_model() -> None:
     # stacks) see the nodes each op adds
     with torch.no_grad(), LaunchEachOp(driver), capturing(graph):
         model(x)
+    return graph
+
+
+def replay_forever(graph: FakeCUDAGraph, marker: str) -> None:
+    """Replay until a signal ends the program; ``marker`` is made after 20 replays."""
+    replays = 0
+    while True:
+        graph.replay()
+        replays += 1
+        if replays == 20:
+            open(marker, "w").close()
+        time.sleep(0.001)
 
 
 def export_trace(path: str) -> None:
@@ -64,9 +78,14 @@ def main() -> None:
     parser.add_argument("--fork-child", action="store_true")
     parser.add_argument("--exit-without-export", action="store_true")
     parser.add_argument("--no-capture", action="store_true")
+    parser.add_argument("--replays", type=int, default=0, help="replays of the captured graph")
+    parser.add_argument("--forever", metavar="MARKER", help="replay until a signal ends the program")
     args = parser.parse_args()
-    if not args.no_capture:
-        capture_model()
+    graph = None if args.no_capture else capture_model()
+    for _ in range(args.replays):
+        graph.replay()
+    if args.forever:
+        replay_forever(graph, args.forever)
     if args.fork_child:
         child = multiprocessing.get_context("fork").Process(target=forked_child)
         child.start()

@@ -3,7 +3,8 @@
 * ``install()`` wraps ``torch.cuda.CUDAGraph``'s ``capture_begin``, ``capture_end``,
   ``instantiate`` and ``replay`` (``patch_class`` does it to any graph class: they count
   the captures in progress and call ``_graphs`` where a capture begins, ends and is
-  instantiated, and stamp replays during a profiler session), then replaces torch's
+  instantiated, stamp replays during a profiler session, and tell the runtime's
+  ``replay_window`` of each replay), then replaces torch's
   ``graph_annotations`` functions (``_torch_api``); ``uninstall()`` undoes them in
   reverse.
 * ``sync()`` wraps ``torch.nn.Module.__call__`` while an ``annotate_modules`` handle is
@@ -152,13 +153,23 @@ def _wrapped(name: str, original):
         keys_attr = _graphs.KEYS_ATTR
 
         # no *args: packing them would cost more than the rest (torch's replay takes none)
-        def replay(self):
+        def plain_replay(self):
             if profiler._is_profiler_enabled:
                 return _graphs.stamped_replay(self, original)
             original(self)
             keys = getattr(self, keys_attr, None)
             if keys is not None and keys.key_id == keys.capture_id:
                 _graphs.on_instantiated(self)  # instantiated inside replay
+            return None
+
+        def replay(self):
+            window = runtime.replay_window
+            if window is None:
+                return plain_replay(self)
+            window.before_replay()
+            result = plain_replay(self)
+            window.after_replay()
+            return result
 
         wrapper = replay
     return functools.wraps(original)(wrapper)

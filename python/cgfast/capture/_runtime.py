@@ -71,6 +71,7 @@ class CaptureRuntime:
         "patched_classes",
         "quiet_module_types",
         "recorder",
+        "replay_window",
         "stack_filters",
         "stack_mode",
         "stack_requests",
@@ -148,6 +149,11 @@ class CaptureRuntime:
         self.stack_requests: List[Tuple[Any, Optional[Tuple[str, ...]]]] = []  # (owner, filter paths)
         # filter paths (None: torch's defaults) -> (directory prefixes, file name -> filtered?)
         self.stack_filters: Dict[Optional[Tuple[str, ...]], Tuple[Tuple[str, ...], Dict[str, bool]]] = {}
+
+        # -- replays ------------------------------------------------------------------------
+        # told of every replay through a patched graph class, before and after it
+        # (``before_replay()``, ``after_replay()``): cgfast run --profile's window, or None
+        self.replay_window: Optional[Any] = None
 
         # -- patches (applied and undone by _patches alone) ------------------------------
         # every _patches.Patch applied to torch, in order; the dispatch mode recording

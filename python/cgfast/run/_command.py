@@ -263,19 +263,20 @@ def listed_traces(annotation_file: str) -> List[str]:
 
 
 def report(settings: RunSettings, command: List[str], status: int, depth: int) -> None:
-    """The block at the end (on stderr)."""
+    """The block at the end (on stderr): the command's status, with ``--profile`` the
+    summary of each rank, then the files and what to run next."""
     out = settings.out
+    print(f"{PROG}: {os.path.basename(command[0])} exited with status {status}", file=sys.stderr)
     files = annotation_files(out)
     ranks = sorted({int(ANNOTATION_FILE.match(os.path.basename(f)).group(1)) for f in files})  # type: ignore[union-attr]
-    lines = [f"{PROG}: {os.path.basename(command[0])} exited with status {status}"]
     if files:
-        lines.append(
+        lines = [
             f"  annotations  {len(files)} file{'s' if len(files) != 1 else ''} "
             f"(rank{'s' if len(ranks) != 1 else ''} {', '.join(map(str, ranks))}) in {out}"
-        )
+        ]
     else:
         why = "no process captured a CUDA graph" if os.path.isdir(out) else f"{out} is gone"
-        lines.append(f"  annotations  none in {out}: {why}")
+        lines = [f"  annotations  none in {out}: {why}"]
     if settings.profile is not None and files:
         lines += profile_report(out, depth)
     elif files:
@@ -293,14 +294,15 @@ def report(settings: RunSettings, command: List[str], status: int, depth: int) -
 
 
 def profile_report(out: str, depth: int) -> List[str]:
-    """Annotate the window's traces and print each rank's summary by module; the lines
-    naming the files and what to run next."""
+    """Annotate the window's traces (a progress bar on a terminal) and print each
+    rank's summary by module; the lines naming the files and what to run next."""
     traces = sorted(glob.glob(os.path.join(out, "*.pt.trace.json.gz")))
     traces = [t for t in traces if ".annotated." not in t and PROFILE_TRACE.match(os.path.basename(t))]
     if not traces:
         return ["  traces       none: no process replayed a graph past the --skip window"]
-    status = _cli_on_stderr(
-        ["annotate", out, "--no-progress"] if not sys.stderr.isatty() else ["annotate", out]
+    # annotate's report is not wanted here, its errors and progress (stderr) are
+    status = _cli(
+        ["annotate", out] + ([] if sys.stderr.isatty() else ["--no-progress"]), stdout_to=os.devnull
     )
     annotated = sorted(glob.glob(os.path.join(out, "*.pt.trace.annotated.json.gz")))
     by_rank: dict = {}
@@ -308,28 +310,30 @@ def profile_report(out: str, depth: int) -> List[str]:
         rank = int(PROFILE_TRACE.match(os.path.basename(path).replace(".annotated", "")).group(1))  # type: ignore[union-attr]
         by_rank.setdefault(rank, []).append(path)
     for rank, paths in sorted(by_rank.items()):
-        if len(by_rank) > 1:
-            print(f"\nrank {rank}:", file=sys.stderr)
-        _cli_on_stderr(["summary", *paths, "--by", "module", "--depth", str(depth), "--no-progress"])
-    lines = [
-        f"  traces       {len(annotated)} annotated in {out}"
-        + ("" if status == 0 else " (some failed: see above)")
+        print(f"\nrank {rank}:" if len(by_rank) > 1 else "", file=sys.stderr)
+        _cli(["summary", *paths, "--by", "module", "--depth", str(depth), "--no-progress"])
+    print(file=sys.stderr)
+    failed = "" if status == 0 else " (some failed: see above)"
+    return [
+        f"  traces       {len(annotated)} annotated in {out}{failed}",
+        f"  next         cgfast summary {out} --chart summary.html",
+        f"               cgfast diff BASE_DIR {out}",
     ]
-    lines.append(f"  next         cgfast summary {out} --chart summary.html")
-    lines.append(f"               cgfast diff BASE_DIR {out}")
-    return lines
 
 
-def _cli_on_stderr(argv: List[str]) -> int:
-    """The Rust command line in this process, its stdout sent to stderr."""
+def _cli(argv: List[str], stdout_to: Optional[str] = None) -> int:
+    """The Rust command line in this process, its stdout sent to stderr (the program's
+    stdout is the program's alone), or to ``stdout_to``."""
     from cgfast._cgfast import run_cli
 
     sys.stdout.flush()
     saved = os.dup(1)
+    target = os.open(stdout_to, os.O_WRONLY) if stdout_to else os.dup(2)
     try:
-        os.dup2(2, 1)
+        os.dup2(target, 1)
         return run_cli(["cgfast", *argv])
     finally:
         sys.stdout.flush()
         os.dup2(saved, 1)
         os.close(saved)
+        os.close(target)

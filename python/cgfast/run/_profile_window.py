@@ -1,6 +1,7 @@
 """``cgfast run --profile``: the profiler over a window of graph replays in each process.
 
-The replays of every ``torch.cuda.CUDAGraph`` are counted; the profiler starts before
+The replays of every ``torch.cuda.CUDAGraph`` are counted (the capture layer's replay
+patch tells the window, ``runtime.replay_window``); the profiler starts before
 replay ``skip + 1`` and stops after replay ``skip + replays`` (or the first after it on
 the thread that started the profiler), and the trace goes into
 the run's directory as ``{rank:06d}.{host}_{pid}.{ns}.pt.trace.json.gz`` (exported
@@ -12,7 +13,6 @@ window is dropped, with one line saying so.
 
 from __future__ import annotations
 
-import functools
 import os
 import signal
 import socket
@@ -33,28 +33,23 @@ class ReplayWindow:
         self.replays = window.replays
         self.seen = 0
         self.profiler: Any = None
-        self.done = False
         self._lock = threading.RLock()
         self._on_sigterm: Any = None  # the SIGTERM handler put in while the window is open
         self._opened_on: Any = None  # the thread that started the profiler
 
     def install(self) -> None:
-        import torch
+        """Be told of every graph replay (through the capture layer's patches) until the
+        window is over."""
+        from cgfast import capture
 
-        graph_class = torch.cuda.CUDAGraph
-        original = graph_class.replay
-        window = self
+        capture.install()
+        _runtime().replay_window = self
 
-        @functools.wraps(original)
-        def replay(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if window.done:
-                return original(self, *args, **kwargs)
-            window.before_replay()
-            result = original(self, *args, **kwargs)
-            window.after_replay()
-            return result
-
-        graph_class.replay = replay  # type: ignore[method-assign]
+    def _close(self) -> None:
+        """Be told of no more replays."""
+        runtime = _runtime()
+        if runtime.replay_window is self:
+            runtime.replay_window = None
 
     def before_replay(self) -> None:
         with self._lock:
@@ -80,7 +75,7 @@ class ReplayWindow:
                 f"(process {os.getpid()})",
                 file=sys.stderr,
             )
-            self.done = True
+            self._close()
             return
         activities = [torch.profiler.ProfilerActivity.CPU]
         if torch.cuda.is_available():
@@ -94,7 +89,7 @@ class ReplayWindow:
         """Stop the profiler and export what it holds (idempotent)."""
         with self._lock:
             profiler, self.profiler = self.profiler, None
-            self.done = True
+            self._close()
             if profiler is None:
                 return
             if self._on_sigterm is not None and signal.getsignal(signal.SIGTERM) is self._on_sigterm:
@@ -116,7 +111,13 @@ class ReplayWindow:
         self._lock = threading.RLock()
         self.seen = 0
         self.profiler = None
-        self.done = False
+        _runtime().replay_window = self
+
+
+def _runtime() -> Any:
+    from cgfast.capture._runtime import runtime
+
+    return runtime
 
 
 def _finish_on_sigterm(window: ReplayWindow) -> Any:
