@@ -153,22 +153,19 @@ def _wrapped(name: str, original):
         keys_attr = _graphs.KEYS_ATTR
 
         # no *args: packing them would cost more than the rest (torch's replay takes none)
-        def plain_replay(self):
-            if profiler._is_profiler_enabled:
-                return _graphs.stamped_replay(self, original)
-            original(self)
-            keys = getattr(self, keys_attr, None)
-            if keys is not None and keys.key_id == keys.capture_id:
-                _graphs.on_instantiated(self)  # instantiated inside replay
-            return None
-
         def replay(self):
             window = runtime.replay_window
-            if window is None:
-                return plain_replay(self)
-            window.before_replay()
-            result = plain_replay(self)
-            window.after_replay()
+            if window is not None:
+                window.before_replay()
+            if profiler._is_profiler_enabled:
+                result = _graphs.stamped_replay(self, original)
+            else:
+                result = original(self)
+                keys = getattr(self, keys_attr, None)
+                if keys is not None and keys.key_id == keys.capture_id:
+                    _graphs.on_instantiated(self)  # instantiated inside replay
+            if window is not None:
+                window.after_replay()
             return result
 
         wrapper = replay
