@@ -19,6 +19,7 @@ import pytest
 
 pytest.importorskip("torch")
 
+import cgfast
 from cgfast import load_annotations
 from cgfast.annotations import load_graphs
 from helpers import CGFAST_BIN
@@ -535,3 +536,18 @@ def test_an_interrupted_program_leaves_what_was_profiled_annotated(tmp_path, sig
     traces, annotated = profile_outputs(out)
     assert len(traces) == len(annotated) == 1, err
     assert f"exited with status {status}" in err and "traces       1 annotated" in err
+
+
+def test_an_interpreter_without_cgfast_loads_the_runs_own_copy(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True, timeout=120
+    )
+    python = str(tmp_path / "venv" / "bin" / "python")
+    alone = subprocess.run([python, "-c", "import cgfast"], capture_output=True, text=True)
+    assert alone.returncode != 0  # cgfast is not installed there
+    # the start-up hook ran before the program's first line: cgfast is loaded, from the run's copy
+    script = "import sys; print(sys.modules['cgfast.run._process'].__file__)"
+    done = cgfast_run("--out", tmp_path / "out", "--", python, "-c", script)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == os.path.join(os.path.dirname(cgfast.__file__), "run", "_process.py")
+    assert "warning" not in done.stderr
