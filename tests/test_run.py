@@ -128,31 +128,27 @@ def test_a_program_that_fails_keeps_its_error_and_status(tmp_path):
     assert done.returncode == 1 and "ZeroDivisionError" in done.stderr
 
 
-def _start(tmp_path, script):
-    (tmp_path / "program.py").write_text(textwrap.dedent(script))
-    started = tmp_path / "started"
+def start_run(args, marker, cwd=None):
+    """``cgfast run ARGS`` started in the background, once ``marker`` exists (the program
+    makes it when it is where the test wants it)."""
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "cgfast",
-            "run",
-            "--out",
-            str(tmp_path / "out"),
-            "--",
-            sys.executable,
-            "program.py",
-        ],
-        cwd=tmp_path,
+        [sys.executable, "-m", "cgfast", "run", *map(str, args)],
+        cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 60
-    while not started.exists():
+    deadline = time.monotonic() + 120
+    while not marker.exists():
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
     return proc
+
+
+def _start(tmp_path, script):
+    (tmp_path / "program.py").write_text(textwrap.dedent(script))
+    args = ["--out", tmp_path / "out", "--", sys.executable, "program.py"]
+    return start_run(args, tmp_path / "started", cwd=tmp_path)
 
 
 @pytest.mark.parametrize("signum,status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
@@ -502,34 +498,9 @@ def test_a_program_profiling_itself_keeps_its_profiler(tmp_path):
 @pytest.mark.parametrize("signum,status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_an_interrupted_program_leaves_what_was_profiled_annotated(tmp_path, signum, status):
     out, marker = tmp_path / "out", tmp_path / "replaying"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "cgfast",
-            "run",
-            "--out",
-            str(out),
-            "--profile",
-            "--replays",
-            "100000",
-            "--skip",
-            "5",
-            "--",
-            sys.executable,
-            program("fake_capture.py"),
-            str(tmp_path / "t.json"),
-            "--forever",
-            str(marker),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 120
-    while not marker.exists():
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.05)
+    args = ["--out", out, "--profile", "--replays", 100000, "--skip", 5, "--"]
+    program_argv = [sys.executable, program("fake_capture.py"), tmp_path / "t.json", "--forever", marker]
+    proc = start_run([*args, *program_argv], marker)
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == status, err

@@ -12,12 +12,9 @@ all-reduce, checked against the order the program itself recorded.
 from __future__ import annotations
 
 import glob
-import gzip
 import importlib.util
 import json
 import os
-import shutil
-import subprocess
 import sys
 
 import pytest
@@ -25,36 +22,14 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+import under_cgfast_run  # noqa: E402
+from under_cgfast_run import ROOT, assert_all_annotated, cgfast, graphed_kernels  # noqa: E402
+
 ENGINES = os.path.join(ROOT, "examples", "engines")
 
 
 def workdir(tmp_path, name):
-    keep = os.environ.get("CGFAST_E2E_OUT")
-    path = os.path.join(keep, "engines", name) if keep else str(tmp_path / name)
-    shutil.rmtree(path, ignore_errors=True)
-    os.makedirs(path)
-    return path
-
-
-def env():
-    return {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "python"), os.environ.get("PYTHONPATH", "")]),
-    }
-
-
-def cgfast(*args, timeout=600):
-    done = subprocess.run(
-        [sys.executable, "-m", "cgfast", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=env(),
-        timeout=timeout,
-    )
-    print(done.stdout[-4000:], done.stderr[-6000:])
-    return done
+    return under_cgfast_run.workdir(tmp_path, "engines", name)
 
 
 def engine(name, *args):
@@ -83,27 +58,10 @@ def module_names(name, *args):
     return {n for n, _ in model.named_modules()}
 
 
-def graphed_kernels(trace):
-    """The kernels of graph replays in an annotated trace (.json or .json.gz)."""
-    with gzip.open(trace, "rt") if trace.endswith(".gz") else open(trace) as f:
-        events = json.load(f)["traceEvents"]
-    return [e for e in events if e.get("cat") == "kernel" and e.get("args", {}).get("graph node id", 0) != 0]
-
-
 def annotated_traces(traces, count):
     found = sorted(glob.glob(os.path.join(traces, "*.annotated.json*")))
     assert len(found) == count, found
     return found
-
-
-def assert_all_annotated(kernels, names, key="module"):
-    """Every kernel carries ``key``; every module named is one of ``names``."""
-    assert kernels
-    missing = [e["name"] for e in kernels if key not in e["args"]]
-    assert not missing, f"{len(missing)} of {len(kernels)}: {missing[:5]}"
-    modules = {e["args"]["module"] for e in kernels if "module" in e["args"]}
-    assert modules <= names, modules - names
-    return modules
 
 
 def listed_traces(out):

@@ -11,7 +11,6 @@ profiler wrote elsewhere, paired by ``cgfast annotate OUT``; and no change to wh
 from __future__ import annotations
 
 import glob
-import gzip
 import json
 import os
 import subprocess
@@ -21,46 +20,19 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import under_cgfast_run  # noqa: E402
+from under_cgfast_run import cgfast, env, graphed_kernels  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
 PROGRAMS = os.path.join(HERE, "run_programs")
 
 
 def workdir(tmp_path, name):
-    keep = os.environ.get("CGFAST_E2E_OUT")
-    path = os.path.join(keep, "run", name) if keep else str(tmp_path / name)
-    os.makedirs(path, exist_ok=True)
-    return path
-
-
-def env():
-    return {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "python"), os.environ.get("PYTHONPATH", "")]),
-    }
-
-
-def cgfast(*args, timeout=600):
-    done = subprocess.run(
-        [sys.executable, "-m", "cgfast", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=env(),
-        timeout=timeout,
-    )
-    print(done.stderr[-6000:])
-    return done
+    return under_cgfast_run.workdir(tmp_path, "run", name)
 
 
 def program(name, *args):
     return [sys.executable, os.path.join(PROGRAMS, name), *map(str, args)]
-
-
-def graphed_kernels(trace):
-    """The kernels of graph replays in an annotated trace (.json or .json.gz)."""
-    with gzip.open(trace, "rt") if trace.endswith(".gz") else open(trace) as f:
-        events = json.load(f)["traceEvents"]
-    return [e for e in events if e.get("cat") == "kernel" and e.get("args", {}).get("graph node id", 0) != 0]
 
 
 def llama_names():
@@ -78,14 +50,10 @@ def llama_names():
 
 
 def assert_all_annotated(trace, names, minimum, key="module"):
-    """Every graphed kernel carries ``key``; every module named is one of ``names``."""
+    """At least ``minimum`` graphed kernels, each carrying ``key``, modules of ``names``."""
     kernels = graphed_kernels(trace)
     assert len(kernels) >= minimum, len(kernels)
-    unannotated = [e["name"] for e in kernels if key not in e["args"]]
-    assert not unannotated, f"{len(unannotated)} of {len(kernels)}: {unannotated[:5]}"
-    modules = {e["args"]["module"] for e in kernels if "module" in e["args"]}
-    assert modules <= names, modules - names
-    return kernels, modules
+    return kernels, under_cgfast_run.assert_all_annotated(kernels, names, key)
 
 
 def test_profile_from_nothing_to_a_summary(tmp_path):
