@@ -400,3 +400,20 @@ def test_stacks_record_the_launch_lines(tmp_path):
     assert any(path.endswith(("fake_capture.py", "linear.py", "activation.py")) for path in innermost), (
         innermost
     )
+
+
+def test_flops_count_each_ops_flops_and_bytes_on_its_kernels(tmp_path):
+    out = tmp_path / "out"
+    done = cgfast_run(
+        "--out", out, "--flops", "--", sys.executable, program("fake_capture.py"), tmp_path / "t.json"
+    )
+    assert done.returncode == 0, done.stderr
+    assert "FLOPs and bytes" in done.stderr
+    (name,) = os.listdir(out)
+    with open(out / name) as f:
+        annotations = json.load(f)["annotations"]
+    counts = [items[-1] for items in annotations.values()]
+    assert all(set(c) == {"flops", "bytes"} for c in counts)
+    # the two Linear layers' addmms: 2 * batch * in * out
+    assert sum(c["flops"] for c in counts) == 2 * 2 * 8 * 8 + 2 * 2 * 8 * 4
+    assert {items[0].get("module") for items in annotations.values()} >= {"0", "1", "2"}

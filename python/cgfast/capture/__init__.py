@@ -61,6 +61,7 @@ __all__ = [
     "enable_annotations",
     "get_graph_topology",
     "get_kernel_annotations",
+    "get_kernel_op_counts",
     "get_kernel_stacks",
     "graph",
     "install",
@@ -110,6 +111,13 @@ def get_kernel_stacks() -> Dict[int, List[str]]:
     return _runtime_state.recorder.stacks()
 
 
+def get_kernel_op_counts() -> Dict[int, Dict[str, int]]:
+    """Node id -> ``{"flops": ..., "bytes": ...}`` of the op that created the node,
+    recorded with ``flops=True`` (a new dict on every call): an op's counts are on its
+    first node, 0 on its others."""
+    return _runtime_state.recorder.op_counts()
+
+
 def clear_kernel_annotations() -> None:
     """Forget every recorded annotation, pending scope and graph topology."""
     _runtime_state.recorder.clear()
@@ -127,14 +135,18 @@ def save_annotations(
     traces: Optional[Sequence[str]] = None,
 ) -> None:
     """Write annotations in the trace processor's format (gzip for ``.gz``), atomically.
-    Without ``annotations``, the recorded ones, graph topology and launch stacks.
+    Without ``annotations``, the recorded ones (each node's op counts, when recorded, as
+    one more dict item, last), graph topology and launch stacks.
     ``traces``: the paths of the traces this process exported, which ``cgfast annotate``
     then pairs with this file wherever they are (``cgfast run`` lists them)."""
     if annotations is None:
         recorder = _runtime_state.recorder
+        recorded = dict(recorder.annotations)
+        for node_id, counts in recorder.op_counts().items():
+            recorded[node_id] = [*recorded.get(node_id, ()), counts]
         _annotation_files.save_annotations(
             path,
-            dict(recorder.annotations),
+            recorded,
             graphs=recorder.topology(),
             stacks=recorder.stacks(),
             traces=traces,

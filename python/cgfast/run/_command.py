@@ -75,6 +75,11 @@ def parser() -> argparse.ArgumentParser:
         "--stacks", action="store_true", help="also record the Python line that launched each kernel"
     )
     p.add_argument(
+        "--flops",
+        action="store_true",
+        help="also count each op's FLOPs and bytes on the kernels it launched (torch's FLOP formulas)",
+    )
+    p.add_argument(
         "--profile",
         action="store_true",
         help="profile graph replays in each process into --out, annotate the traces when the "
@@ -145,6 +150,7 @@ def main(argv: Sequence[str]) -> int:
         modules=not args.no_modules,
         inductor=not args.no_inductor,
         stacks=args.stacks,
+        flops=args.flops,
         profile=ProfileWindow(replays=args.replays, skip=args.skip) if args.profile else None,
     )
     print(f"{PROG}: {describe(settings)}", file=sys.stderr)
@@ -183,6 +189,8 @@ def describe(settings: RunSettings) -> str:
             on.append("Inductor toggle on")
         if settings.stacks:
             on.append("launch lines")
+        if settings.flops:
+            on.append("FLOPs and bytes")
     else:
         on.append("recording only what the program asks for")
     if settings.profile is not None:
