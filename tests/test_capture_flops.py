@@ -230,3 +230,25 @@ def test_without_flops_nothing_is_counted_and_the_file_is_as_before(fake, tmp_pa
     assert {local_id: items[:-1] for local_id, items in on.items() if items[:-1]} == off
     assert all(set(items[-1]) == {"flops", "bytes"} for items in on.values())
     assert json.loads(files[False].read_text())["annotations"]  # modules were named all the same
+
+
+def test_count_kernels_puts_its_counts_on_its_first_node_and_an_op_inside_wins(fake):
+    """What the Inductor toggle brackets each kernel with (Inductor's estimates)."""
+    model = torch.nn.Linear(8, 16)
+    x = torch.randn(4, 8)
+    g = FakeCUDAGraph(fake)
+    with capture.annotate_modules(model, flops=True), LaunchEachOp(fake), capturing(g):
+        with capture.count_kernels(100, 200):
+            triton = [fake.launch("triton_a"), fake.launch("triton_b")]
+        with capture.count_kernels(7, 9):
+            model(x)  # its addmm's own count wins on its node
+        with capture.count_kernels(5, 6):
+            pass  # no node: nothing
+    high = g.graph_exec.id << 32
+    counts = capture.get_kernel_op_counts()
+    assert [counts[high | node.local_id] for node in triton] == [
+        {"flops": 100, "bytes": 200},
+        {"flops": 0, "bytes": 0},
+    ]
+    assert sum(c["flops"] for c in counts.values()) == 100 + 2 * 4 * 8 * 16
+    assert len(counts) == 2 + 2  # the two launches, the linear's t and addmm

@@ -417,3 +417,14 @@ def test_flops_count_each_ops_flops_and_bytes_on_its_kernels(tmp_path):
     # the two Linear layers' addmms: 2 * batch * in * out
     assert sum(c["flops"] for c in counts) == 2 * 2 * 8 * 8 + 2 * 2 * 8 * 4
     assert {items[0].get("module") for items in annotations.values()} >= {"0", "1", "2"}
+
+
+def test_flops_turn_inductors_estimates_on_with_its_toggle(tmp_path):
+    from cgfast.run._command import environment
+    from cgfast.run._settings import RunSettings
+
+    with_flops = environment(RunSettings(out=str(tmp_path), flops=True))
+    assert with_flops["CGFAST_INDUCTOR_ANNOTATIONS"] == with_flops["CGFAST_INDUCTOR_FLOPS"] == "1"
+    assert "CGFAST_INDUCTOR_FLOPS" not in environment(
+        RunSettings(out=str(tmp_path), flops=True, inductor=False)
+    )

@@ -37,6 +37,7 @@ from cgfast import annotations as _annotation_files
 from cgfast.capture._all_modules import AllModuleAnnotations, annotate_all_modules
 from cgfast.capture._graphs import remap_to_exec_graph
 from cgfast.capture._modules import ModuleAnnotations, annotate_modules
+from cgfast.capture._op_counts import count_kernels
 from cgfast.capture._patches import install, uninstall
 from cgfast.capture._recording import (
     annotations_enabled,
@@ -56,6 +57,7 @@ __all__ = [
     "annotations_enabled",
     "backend",
     "clear_kernel_annotations",
+    "count_kernels",
     "disable_annotations",
     "drop_graph_annotations",
     "enable_annotations",

@@ -22,7 +22,7 @@ others: see ``Recorder.add_op_counts``.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Literal
 
 from cgfast.capture._core import Span
 from cgfast.capture._runtime import never_raises, runtime
@@ -96,3 +96,39 @@ def op_counts_mode() -> type:
             return out
 
     return OpCounts
+
+
+class count_kernels:
+    """Record ``flops`` and ``nbytes`` for the kernel, memcpy and memset nodes the
+    current stream's capture adds inside the scope, as one op's counts (whole on the
+    first node, 0 on the others). The Inductor toggle brackets each kernel it emits with
+    one, holding Inductor's own estimates. Outside a capture, while annotations are
+    disabled, or without a backend it does nothing; where an op inside also counts the
+    same nodes (``flops=True``), the op's counts win."""
+
+    __slots__ = ("_backend", "_flops", "_nbytes", "_start")
+
+    def __init__(self, flops: int, nbytes: int) -> None:
+        self._flops = flops
+        self._nbytes = nbytes
+        self._backend: Any = None
+        self._start: Any = None
+
+    def __enter__(self) -> count_kernels:
+        if not runtime.enabled or runtime.no_capture_in_progress():
+            return self
+        backend = runtime.backend()
+        if backend is not None:
+            self._start = _begin_op(backend)
+            self._backend = backend
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> Literal[False]:
+        start, backend = self._start, self._backend
+        self._start = self._backend = None
+        if start is None or exc_type is not None:
+            return False
+        end = _node_count_after_op(backend, start.graph)
+        if end is not None and end > start.first:
+            runtime.recorder.add_op_counts(Span(start.graph_id, start.first, end), self._flops, self._nbytes)
+        return False

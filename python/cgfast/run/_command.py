@@ -33,6 +33,7 @@ NOT_EXECUTABLE = 126
 STARTUP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "startup")
 PACKAGE_ENV_VAR = "CGFAST_RUN_PACKAGE"
 INDUCTOR_ENV_VAR = "CGFAST_INDUCTOR_ANNOTATIONS"
+INDUCTOR_FLOPS_ENV_VAR = "CGFAST_INDUCTOR_FLOPS"
 DEFAULT_REPLAYS = 50
 DEFAULT_SKIP = 10
 DEFAULT_DEPTH = 3
@@ -208,6 +209,8 @@ def environment(settings: RunSettings) -> dict:
     env[PACKAGE_ENV_VAR] = os.path.dirname(os.path.abspath(cgfast.__file__))
     if settings.record and settings.inductor:
         env[INDUCTOR_ENV_VAR] = "1"
+        if settings.flops:
+            env[INDUCTOR_FLOPS_ENV_VAR] = "1"
     return env
 
 
