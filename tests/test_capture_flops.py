@@ -252,3 +252,20 @@ def test_count_kernels_puts_its_counts_on_its_first_node_and_an_op_inside_wins(f
     ]
     assert sum(c["flops"] for c in counts.values()) == 100 + 2 * 4 * 8 * 16
     assert len(counts) == 2 + 2  # the two launches, the linear's t and addmm
+
+
+def test_a_higher_order_op_runs_uncounted_and_what_follows_is_counted(fake):
+    class LaunchEachOpAndHigherOrderOp(LaunchEachOp):
+        supports_higher_order_operators = True
+
+    model = torch.nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+    launcher = LaunchEachOpAndHigherOrderOp(fake)
+    g = FakeCUDAGraph(fake)
+    with capture.annotate_modules(model, flops=True), torch.no_grad(), launcher, capturing(g):
+        y = torch.cond(x.sum() > 0, lambda t: t.relu(), lambda t: t.sin(), (x,))
+        model(y)
+    counts = capture.get_kernel_op_counts()
+    [node] = [nodes[0] for name, nodes, _ in launcher.launched if name == "cond"]
+    assert g.graph_exec.id << 32 | node.local_id not in counts
+    assert sum(c["flops"] for c in counts.values()) == 2 * 2 * 4 * 4  # the addmm after it

@@ -73,14 +73,27 @@ def op_counts_mode() -> type:
 
     device_op = torch.ops.prim.device.default
     aten_op = torch._ops.OpOverload
+    composite = torch._C.DispatchKey.CompositeImplicitAutograd
+    has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
 
     class OpCounts(TorchDispatchMode):
+        # Higher-order ops (torch.cond, ...) come through too, rather than failing for want
+        # of a rule; they run uncounted: their bodies become conditional nodes, whose
+        # nodes are never annotated (see docs/limits.md).
+        supports_higher_order_operators = True
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            if not isinstance(func, aten_op):  # a higher-order op: its ops come through one by one
+            if not isinstance(func, aten_op):
                 return func(*args, **kwargs)
-            if func._overloadpacket not in flop_registry and func is not device_op:
+            if (
+                func._overloadpacket not in flop_registry
+                and func is not device_op
+                and (composite in func.py_kernels or has_kernel(func.name(), composite))
+            ):
                 # FlopCounterMode counts what an op without a formula decomposes into
+                # (the check first: most ops have no decomposition, and entering the
+                # mode costs)
                 with self:
                     out = func.decompose(*args, **kwargs)
                 if out is not NotImplemented:
