@@ -15,7 +15,7 @@ what the capture's end costs (resolving the spans, one native walk of the graph,
 remapping), medians of ``--repeat`` x 10 captures.
 With a GPU also, side by side in one run: capture time of ``torch.cuda.graph`` around one
 forward (batch 8, ``torch.no_grad``) plain, with ``annotate_modules`` (without and
-with ``stacks=True``), with ``annotate_all_modules`` (what ``cgfast run`` opens), and with a
+with ``stacks=True``, and with ``flops=True``), with ``annotate_all_modules`` (what ``cgfast run`` opens), and with a
 ``mark_kernels`` scope per module (what hand-written hooks cost before), median of
 ``--repeat`` captures each, interleaved; then each model's ratio to a plain capture
 against the target (annotate_modules at most 1.5x plain).
@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import inspect
 import json
 import os
 import statistics
@@ -256,6 +257,8 @@ def capture_figures(model, x, repeat: int) -> dict:
         # a new handle each time: every capture pays for naming the model (cgfast run's
         # one handle pays it at the first capture of a model only)
         variants["annotate_all_modules"] = capture.annotate_all_modules
+    if "flops" in inspect.signature(capture.annotate_modules).parameters:  # builds before it have none
+        variants["annotate_modules_flops"] = lambda: capture.annotate_modules(model, flops=True)
     times = {name: [] for name in variants}
     for _ in range(repeat):
         for name, start in variants.items():
@@ -275,6 +278,11 @@ def capture_figures(model, x, repeat: int) -> dict:
         **(
             {"annotate_all_modules_ratio": medians["annotate_all_modules"] / medians["plain"]}
             if "annotate_all_modules" in medians
+            else {}
+        ),
+        **(
+            {"annotate_modules_flops_ratio": medians["annotate_modules_flops"] / medians["plain"]}
+            if "annotate_modules_flops" in medians
             else {}
         ),
     }

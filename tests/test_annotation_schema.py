@@ -57,6 +57,37 @@ def test_stacks_are_valid(tmp_path):
     validator.validate(document)
 
 
+def test_op_counts_are_valid_and_must_be_counts(fake, tmp_path):
+    torch = pytest.importorskip("torch")
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class LaunchEachOp(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            fake.launch(str(func))
+            return out
+
+    model = torch.nn.Linear(4, 4)
+    # the launcher goes under the counting mode, which the capture's begin pushes
+    with (
+        capture.annotate_modules(model, flops=True),
+        torch.no_grad(),
+        LaunchEachOp(),
+        capturing(FakeCUDAGraph(fake)),
+    ):
+        model(torch.randn(2, 4))
+    path = tmp_path / "counts.json"
+    capture.save_annotations(path)
+    document = load(path)
+    counted = [items[-1] for items in document["annotations"].values() if "flops" in items[-1]]
+    assert counted and any(item["flops"] > 0 for item in counted)
+    validator.validate(document)
+    for bad in (-1, "32", 1.5):
+        document["annotations"][next(iter(document["annotations"]))] = [{"flops": bad, "bytes": 0}]
+        with pytest.raises(jsonschema.ValidationError):
+            validator.validate(document)
+
+
 def test_traces_are_valid(tmp_path):
     path = tmp_path / "traces.json"
     trace = tmp_path / "worker0.123.pt.trace.json.gz"

@@ -386,3 +386,29 @@ def _source(module) -> str:
 def _compile_on(fn, *args):
     with config.patch(ON):
         return run_and_get_code(torch.compile(fn), *args)
+
+
+COUNTS = re.compile(r"^\s*_counts_ctx = _count_kernels\((\d+), (\d+)\)$")
+
+
+def test_estimates_put_inductors_flops_and_bytes_in_each_extern_bracket():
+    """With ``triton.cudagraph_kernel_flops`` each bracket Inductor can estimate holds a
+    ``count_kernels`` scope around the launch: an extern mm its FLOPs by torch's formula
+    and the bytes of its operands and result (float32); off, no such line."""
+    from cgfast.inductor import FLOPS_KEY
+
+    def matmul(a, b):
+        return (a @ b).sin()
+
+    a, b = torch.randn(4, 8), torch.randn(8, 16)
+    torch._dynamo.reset()
+    with config.patch({**ON, FLOPS_KEY: True}):
+        _, (code,) = run_and_get_code(torch.compile(matmul), a, b)
+    mm = launching(brackets(code), "extern_kernels.mm(")[0]
+    assert mm.annotation == {"name": "mm"}
+    assert COUNTS.match(mm.body[0]) and mm.body[-1] == "_counts_ctx.__exit__(None, None, None)"
+    assert COUNTS.match(mm.body[0]).groups() == (str(2 * 4 * 8 * 16), str(4 * (4 * 8 + 8 * 16 + 4 * 16)))
+    assert "from cgfast.capture import count_kernels as _count_kernels" in code
+    torch._dynamo.reset()
+    _, (plain,) = _compile_on(matmul, a, b)
+    assert "_count_kernels" not in plain

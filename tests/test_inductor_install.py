@@ -97,10 +97,10 @@ def test_environment_variable_sets_the_default():
         import json
         import cgfast.inductor
         from torch._inductor import config
-        print(json.dumps(config.triton.cudagraph_kernel_annotations))
+        print(json.dumps([config.triton.cudagraph_kernel_annotations, config.triton.cudagraph_kernel_flops]))
     """
-    assert _run_python(probe, CGFAST_INDUCTOR_ANNOTATIONS="1") is True
-    assert _run_python(probe, CGFAST_INDUCTOR_ANNOTATIONS="0") is False
+    assert _run_python(probe, CGFAST_INDUCTOR_ANNOTATIONS="1", CGFAST_INDUCTOR_FLOPS="1") == [True, True]
+    assert _run_python(probe, CGFAST_INDUCTOR_ANNOTATIONS="0") == [False, False]
 
 
 def test_a_torch_defining_the_toggle_is_left_to_annotate_alone():

@@ -522,3 +522,31 @@ def test_an_interpreter_without_cgfast_loads_the_runs_own_copy(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == os.path.join(os.path.dirname(cgfast.__file__), "run", "_process.py")
     assert "warning" not in done.stderr
+
+
+def test_flops_count_each_ops_flops_and_bytes_on_its_kernels(tmp_path):
+    out = tmp_path / "out"
+    done = cgfast_run(
+        "--out", out, "--flops", "--", sys.executable, program("fake_capture.py"), tmp_path / "t.json"
+    )
+    assert done.returncode == 0, done.stderr
+    assert "FLOPs and bytes" in done.stderr
+    (name,) = os.listdir(out)
+    with open(out / name) as f:
+        annotations = json.load(f)["annotations"]
+    counts = [items[-1] for items in annotations.values()]
+    assert all(set(c) == {"flops", "bytes"} for c in counts)
+    # the two Linear layers' addmms: 2 * batch * in * out
+    assert sum(c["flops"] for c in counts) == 2 * 2 * 8 * 8 + 2 * 2 * 8 * 4
+    assert {items[0].get("module") for items in annotations.values()} >= {"0", "1", "2"}
+
+
+def test_flops_turn_inductors_estimates_on_with_its_toggle(tmp_path):
+    from cgfast.run._command import environment
+    from cgfast.run._settings import RunSettings
+
+    with_flops = environment(RunSettings(out=str(tmp_path), flops=True))
+    assert with_flops["CGFAST_INDUCTOR_ANNOTATIONS"] == with_flops["CGFAST_INDUCTOR_FLOPS"] == "1"
+    assert "CGFAST_INDUCTOR_FLOPS" not in environment(
+        RunSettings(out=str(tmp_path), flops=True, inductor=False)
+    )

@@ -37,6 +37,7 @@ from cgfast import annotations as _annotation_files
 from cgfast.capture._all_modules import AllModuleAnnotations, annotate_all_modules
 from cgfast.capture._graphs import remap_to_exec_graph
 from cgfast.capture._modules import ModuleAnnotations, annotate_modules
+from cgfast.capture._op_counts import count_kernels
 from cgfast.capture._patches import install, uninstall
 from cgfast.capture._recording import (
     annotations_enabled,
@@ -56,11 +57,13 @@ __all__ = [
     "annotations_enabled",
     "backend",
     "clear_kernel_annotations",
+    "count_kernels",
     "disable_annotations",
     "drop_graph_annotations",
     "enable_annotations",
     "get_graph_topology",
     "get_kernel_annotations",
+    "get_kernel_op_counts",
     "get_kernel_stacks",
     "graph",
     "install",
@@ -110,6 +113,13 @@ def get_kernel_stacks() -> Dict[int, List[str]]:
     return _runtime_state.recorder.stacks()
 
 
+def get_kernel_op_counts() -> Dict[int, Dict[str, int]]:
+    """Node id -> ``{"flops": ..., "bytes": ...}`` of the op that created the node,
+    recorded with ``flops=True`` (a new dict on every call): an op's counts are on its
+    first node, 0 on its others."""
+    return _runtime_state.recorder.op_counts()
+
+
 def clear_kernel_annotations() -> None:
     """Forget every recorded annotation, pending scope and graph topology."""
     _runtime_state.recorder.clear()
@@ -127,14 +137,18 @@ def save_annotations(
     traces: Optional[Sequence[str]] = None,
 ) -> None:
     """Write annotations in the trace processor's format (gzip for ``.gz``), atomically.
-    Without ``annotations``, the recorded ones, graph topology and launch stacks.
+    Without ``annotations``, the recorded ones (each node's op counts, when recorded, as
+    one more dict item, last), graph topology and launch stacks.
     ``traces``: the paths of the traces this process exported, which ``cgfast annotate``
     then pairs with this file wherever they are (``cgfast run`` lists them)."""
     if annotations is None:
         recorder = _runtime_state.recorder
+        recorded = dict(recorder.annotations)
+        for node_id, counts in recorder.op_counts().items():
+            recorded[node_id] = [*recorded.get(node_id, ()), counts]
         _annotation_files.save_annotations(
             path,
-            dict(recorder.annotations),
+            recorded,
             graphs=recorder.topology(),
             stacks=recorder.stacks(),
             traces=traces,

@@ -115,6 +115,7 @@ class AllModuleAnnotations:
         backward: bool,
         stacks: bool,
         stack_filter_paths: Optional[Sequence[str]],
+        flops: bool = False,
     ) -> None:
         if not isinstance(key, str) or not key:
             raise TypeError("annotate_all_modules: key must be a non-empty str")
@@ -137,6 +138,9 @@ class AllModuleAnnotations:
         self._hold: Optional[int] = runtime.hold()
         if stacks:
             runtime.request_stacks(self, paths)
+        self._flops = flops
+        if flops:
+            runtime.request_counts(self)
         _patches.sync()
 
     @property
@@ -153,6 +157,8 @@ class AllModuleAnnotations:
                 naming.stop()
         if self._stacks:
             runtime.release_stacks(self)
+        if self._flops:
+            runtime.release_counts(self)
         _patches.sync()
         if self._hold is not None:
             runtime.release(self._hold)
@@ -188,18 +194,20 @@ def annotate_all_modules(
     backward: bool = True,
     stacks: bool = False,
     stack_filter_paths: Optional[Sequence[str]] = None,
+    flops: bool = False,
 ) -> AllModuleAnnotations:
     """Annotate every graph node captured inside a module's forward with ``{key: <name>}``
     of the innermost module, as :func:`annotate_modules` does, for every model whose
     modules run during a capture, with no handle on it: a model is named from the
     outermost module call under way when one of its modules is first called during a
     capture (the root is ``""``; a ``torch.compile``d model as the model it compiles).
-    ``backward``, ``stacks`` and ``stack_filter_paths`` as for :func:`annotate_modules`.
+    ``backward``, ``stacks``, ``stack_filter_paths`` and ``flops`` as for
+    :func:`annotate_modules`.
 
     Handles may overlap (``cgfast run`` holds one) as long as they agree on ``key`` and
     ``backward`` (``ValueError`` otherwise); naming stops when the last is removed.
     ``Module.__call__`` is wrapped from the first capture on, not before;
     ``annotate_modules`` handles take precedence. Holds annotations on while active."""
     return AllModuleAnnotations(
-        key=key, backward=backward, stacks=stacks, stack_filter_paths=stack_filter_paths
+        key=key, backward=backward, stacks=stacks, stack_filter_paths=stack_filter_paths, flops=flops
     )

@@ -94,6 +94,10 @@ class Recorder:
         # graph id -> local id -> frames (innermost first)
         self._pending_stacks: List[Tuple[Span, Tuple[str, ...]]] = []
         self._stacks: Dict[int, Dict[int, Tuple[str, ...]]] = {}
+        # op counts: (Span, FLOPs, bytes) waiting for their graph's capture to end, and
+        # graph id -> local id -> (FLOPs, bytes)
+        self._pending_op_counts: List[Tuple[Span, int, int]] = []
+        self._op_counts: Dict[int, Dict[int, Tuple[int, int]]] = {}
         self._annotations: Dict[int, List[Annotation]] = {}
         self.annotations: Mapping[int, List[Annotation]] = MappingProxyType(self._annotations)
         self._keys_by_graph: Dict[int, Set[int]] = {}
@@ -240,6 +244,37 @@ class Recorder:
                 by_local_id.setdefault(node_id & LOCAL_ID_MASK, frames)
         self._pending_stacks = waiting
 
+    def add_op_counts(self, span: Span, flops: int, nbytes: int) -> None:
+        """One op created the nodes of ``span``, counting ``flops`` and ``nbytes``. The
+        counts go whole on its first kernel, memcpy or memset node and 0 on the others:
+        the sum over any set of whole ops stays exact in integers, and which of an op's
+        kernels did the work is not known (a matmul's memset and GEMM alike)."""
+        with self._lock:
+            self._pending_op_counts.append((span, flops, nbytes))
+
+    def op_counts(self) -> Dict[int, Dict[str, int]]:
+        """Node id -> ``{"flops": ..., "bytes": ...}`` of every resolved node an op
+        created while counts were recorded (a new dict)."""
+        with self._lock:
+            return {
+                graph_id << 32 | local_id: {"flops": flops, "bytes": nbytes}
+                for graph_id, by_local_id in self._op_counts.items()
+                for local_id, (flops, nbytes) in by_local_id.items()
+            }
+
+    def _resolve_op_counts(self) -> None:
+        waiting = []
+        graphs: Dict[int, _GraphNodes] = {}
+        for span, flops, nbytes in self._pending_op_counts:
+            if span.graph_id not in self._annotatable_local_ids:
+                waiting.append((span, flops, nbytes))
+                continue
+            node_ids = self._graph_nodes(span.graph_id, graphs).of_span(span.first, span.end)
+            by_local_id = self._op_counts.setdefault(span.graph_id, {})
+            for index, node_id in enumerate(node_ids):
+                by_local_id.setdefault(node_id & LOCAL_ID_MASK, (flops, nbytes) if index == 0 else (0, 0))
+        self._pending_op_counts = waiting
+
     def has_pending(self, graph_id: Optional[int] = None) -> bool:
         """Whether scopes wait to be resolved (that recorded nodes of ``graph_id``)."""
         with self._lock:
@@ -302,6 +337,8 @@ class Recorder:
         with self._lock:
             if self._pending_stacks:
                 self._resolve_stacks()
+            if self._pending_op_counts:
+                self._resolve_op_counts()
             pending, self._pending = self._pending, []
             if not pending:
                 return
@@ -368,6 +405,9 @@ class Recorder:
             stacks = self._stacks.pop(old_graph_id, None)
             if stacks is not None:
                 self._stacks[new_graph_id] = stacks
+            op_counts = self._op_counts.pop(old_graph_id, None)
+            if op_counts is not None:
+                self._op_counts[new_graph_id] = op_counts
 
     def drop_graphs(self, graph_ids: Iterable[int]) -> None:
         """Forget the annotations and topology of these graph ids."""
@@ -391,13 +431,19 @@ class Recorder:
                 self._annotatable_local_ids.pop(graph_id, None)
                 self._child_bodies.pop(graph_id, None)
                 self._stacks.pop(graph_id, None)
+                self._op_counts.pop(graph_id, None)
             self._pending_stacks = [entry for entry in self._pending_stacks if entry[0].graph_id not in ids]
+            self._pending_op_counts = [
+                entry for entry in self._pending_op_counts if entry[0].graph_id not in ids
+            ]
 
     def clear(self) -> None:
         with self._lock:
             self._pending.clear()
             self._pending_stacks.clear()
             self._stacks.clear()
+            self._pending_op_counts.clear()
+            self._op_counts.clear()
             self._annotatable_local_ids.clear()
             self._child_bodies.clear()
             self._graph_ids.clear()

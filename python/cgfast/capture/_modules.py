@@ -28,6 +28,7 @@ class ModuleAnnotations:
         backward: bool,
         stacks: bool = False,
         stack_filter_paths: Optional[Sequence[str]] = None,
+        flops: bool = False,
     ) -> None:
         try:
             import torch
@@ -58,6 +59,9 @@ class ModuleAnnotations:
         self._stacks = stacks
         if stacks:
             runtime.request_stacks(self, paths)
+        self._flops = flops
+        if flops:
+            runtime.request_counts(self)
         _patches.sync()
 
     @property
@@ -72,6 +76,8 @@ class ModuleAnnotations:
             runtime.remove_modules(self, modules)
         if self._stacks:
             runtime.release_stacks(self)
+        if self._flops:
+            runtime.release_counts(self)
         _patches.sync()
         if self._hold is not None:
             runtime.release(self._hold)
@@ -93,6 +99,7 @@ def annotate_modules(
     backward: bool = True,
     stacks: bool = False,
     stack_filter_paths: Optional[Sequence[str]] = None,
+    flops: bool = False,
 ) -> ModuleAnnotations:
     """Annotate every graph node captured inside a forward of ``model`` or one of its
     submodules with ``{key: <name>}`` of the innermost one, named as
@@ -110,7 +117,19 @@ def annotate_modules(
 
     With ``stacks``, every node also gets the user Python frames that launched it
     (see :func:`get_kernel_stacks`), filtered like torch 2.15 filters them or by the
-    directories in ``stack_filter_paths``."""
+    directories in ``stack_filter_paths``.
+
+    With ``flops``, every op run during a capture is counted, FLOPs by
+    ``torch.utils.flop_counter``'s formulas and bytes as the sizes of its tensor
+    arguments and results, and its nodes get the counts (see
+    :func:`get_kernel_op_counts`): a module's nodes sum to ``FlopCounterMode``'s FLOPs
+    for it."""
     return ModuleAnnotations(
-        model, prefix=prefix, key=key, backward=backward, stacks=stacks, stack_filter_paths=stack_filter_paths
+        model,
+        prefix=prefix,
+        key=key,
+        backward=backward,
+        stacks=stacks,
+        stack_filter_paths=stack_filter_paths,
+        flops=flops,
     )

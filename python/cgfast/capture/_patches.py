@@ -10,8 +10,10 @@
 * ``sync()`` wraps ``torch.nn.Module.__call__`` while an ``annotate_modules`` handle is
   active (``_module_calls.module_call``), and pushes the dispatch mode recording launch
   stacks (``_stacks``) while stacks are asked for and a capture is under way (on the
-  thread that begins the capture), taking each out again when that is no longer so. It
-  runs after each change of the handles, the stack requests and the capture count.
+  thread that begins the capture), and the one recording op counts (``_op_counts``,
+  pushed after it and taken out before it) while counts are asked for, taking each out
+  again when that is no longer so. It runs after each change of the handles, the
+  requests and the capture count.
 
 Every applied :class:`Patch` is kept, in order, in ``runtime.installed``; a group of
 them (a class's methods, torch's functions, ``Module.__call__``) is undone in reverse.
@@ -24,6 +26,7 @@ from typing import Any, Hashable, List, Optional
 
 from cgfast.capture import _graphs
 from cgfast.capture._module_calls import module_call
+from cgfast.capture._op_counts import op_counts_mode
 from cgfast.capture._runtime import never_raises, runtime
 from cgfast.capture._stacks import launch_stacks_mode
 from cgfast.capture._torch_api import replacements
@@ -246,10 +249,13 @@ def uninstall() -> None:
 
 
 def sync() -> None:
-    """Put ``Module.__call__``'s wrapper and the launch-stack dispatch mode in, or take
-    them out, as the runtime's handles, stack requests and captures ask."""
+    """Put ``Module.__call__``'s wrapper and the launch-stack and op-count dispatch modes
+    in, or take them out, as the runtime's handles, requests and captures ask."""
     _sync_module_calls()
+    if not runtime.wants_count_mode():
+        _sync_count_mode()  # pushed last: out first
     _sync_stack_mode()
+    _sync_count_mode()
 
 
 def _sync_module_calls() -> None:
@@ -305,3 +311,21 @@ def _sync_stack_mode() -> None:
         if _get_current_dispatch_mode() is runtime.stack_mode:
             _pop_mode()
         runtime.stack_mode = None
+
+
+def _sync_count_mode() -> None:
+    """Push the op-count dispatch mode when a capture begins (counts asked for), pop it
+    when the last capture ends."""
+    want = runtime.wants_count_mode()
+    if want and runtime.count_mode is None:
+        from torch.utils._python_dispatch import _push_mode
+
+        mode = op_counts_mode()()
+        _push_mode(mode)
+        runtime.count_mode = mode
+    elif runtime.count_mode is not None and not want:
+        from torch.utils._python_dispatch import _get_current_dispatch_mode, _pop_mode
+
+        if _get_current_dispatch_mode() is runtime.count_mode:
+            _pop_mode()
+        runtime.count_mode = None

@@ -38,14 +38,19 @@ class recording:
     """Enable annotations for the dynamic extent of the block (as they were after it)
     with :func:`install`'s patches active, so every capture inside is recorded, resolved
     at capture end and remapped after instantiation. Nothing recorded earlier is
-    cleared; warm-up runs outside a capture record nothing."""
+    cleared; warm-up runs outside a capture record nothing. ``stacks``,
+    ``stack_filter_paths`` and ``flops`` as for :func:`annotate_modules`."""
 
-    __slots__ = ("_holds", "_stack_filter_paths", "_stacks")
+    __slots__ = ("_flops", "_holds", "_stack_filter_paths", "_stacks")
 
-    def __init__(self, *, stacks: bool = False, stack_filter_paths: Optional[Sequence[str]] = None) -> None:
+    def __init__(
+        self, *, stacks: bool = False, stack_filter_paths: Optional[Sequence[str]] = None, flops: bool = False
+    ) -> None:
         self._holds: list = []  # one per __enter__ not exited yet (a block may nest in itself)
-        self._stacks = stacks  # also record each node's launch frames (see annotate_modules)
+        # also record each node's launch frames, its op's counts (see annotate_modules)
+        self._stacks = stacks
         self._stack_filter_paths = stack_filter_paths
+        self._flops = flops
 
     def __enter__(self) -> recording:
         paths = _stacks.filter_paths(self._stack_filter_paths) if self._stacks else None
@@ -54,6 +59,9 @@ class recording:
         _patches.install()
         if self._stacks:
             runtime.request_stacks(self, paths)
+        if self._flops:
+            runtime.request_counts(self)
+        if self._stacks or self._flops:
             _patches.sync()
         return self
 
@@ -61,6 +69,9 @@ class recording:
         runtime.release(self._holds.pop())
         if self._stacks:
             runtime.release_stacks(self)
+        if self._flops:
+            runtime.release_counts(self)
+        if self._stacks or self._flops:
             _patches.sync()
         return False
 

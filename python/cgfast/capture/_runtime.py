@@ -3,8 +3,8 @@
 :data:`runtime` (a :class:`CaptureRuntime`) holds the annotation switch and what holds
 it on, the recorder, the backend, the captures in progress and the flags the hot paths
 read, the caches of a capture (stream -> graph, the backward span), the lanes, the
-``annotate_modules`` registry and its per-thread frames, the launch-stack requests and
-the patches applied to torch. Every other module is functions and classes over it;
+``annotate_modules`` registry and its per-thread frames, the launch-stack and op-count
+requests and the patches applied to torch. Every other module is functions and classes over it;
 only :mod:`cgfast.capture._patches` changes torch, and only this module's methods
 change the switch and the capture count (under their locks).
 
@@ -59,6 +59,8 @@ class CaptureRuntime:
         "backward_scopes",
         "backward_span",
         "captures_in_progress",
+        "count_mode",
+        "count_requests",
         "enabled",
         "global_module_hooks",
         "installed",
@@ -155,11 +157,16 @@ class CaptureRuntime:
         # (``before_replay()``, ``after_replay()``): cgfast run --profile's window, or None
         self.replay_window: Optional[Any] = None
 
+        # -- op counts (FLOPs and bytes) ----------------------------------------------------
+        self.count_requests: List[Any] = []  # owners
+
         # -- patches (applied and undone by _patches alone) ------------------------------
         # every _patches.Patch applied to torch, in order; the dispatch mode recording
         # launch stacks while it is pushed
         self.installed: List[Any] = []
         self.stack_mode: Optional[Any] = None
+        # the dispatch mode recording op counts while it is pushed
+        self.count_mode: Optional[Any] = None
 
     # -- the annotation switch ------------------------------------------------------------
 
@@ -382,6 +389,21 @@ class CaptureRuntime:
 
     def wants_stack_mode(self) -> bool:
         return bool(self.stack_requests) and self.captures_in_progress > 0
+
+    # -- op counts --------------------------------------------------------------------------
+
+    def request_counts(self, owner: Any) -> None:
+        """Record op counts while ``owner`` holds a request."""
+        self.count_requests.append(owner)
+
+    def release_counts(self, owner: Any) -> None:
+        for index, holder in enumerate(self.count_requests):
+            if holder is owner:
+                del self.count_requests[index]
+                break
+
+    def wants_count_mode(self) -> bool:
+        return bool(self.count_requests) and self.captures_in_progress > 0
 
     # -- lanes ----------------------------------------------------------------------------
 

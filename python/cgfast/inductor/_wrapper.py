@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 _WRAPPED_MARK = "_cgfast_brackets_launches"
 
 IMPORT_LINE = "from cgfast.capture import mark_kernels as _mark_kernels"
+COUNTS_IMPORT_LINE = "from cgfast.capture import count_kernels as _count_kernels"
 
 EXTERN_ENTRY_POINTS = (
     "generate_extern_kernel_out",
@@ -54,6 +55,32 @@ CURRENT_NODE_ENTRY_POINTS = (
 def annotations_enabled() -> bool:
     # registered at runtime by cgfast.inductor._config.register_entries
     return bool(config.triton.cudagraph_kernel_annotations)  # type: ignore[attr-defined]
+
+
+def estimates_enabled() -> bool:
+    # registered at runtime by cgfast.inductor._config.register_entries
+    return bool(config.triton.cudagraph_kernel_flops)  # type: ignore[attr-defined]
+
+
+def estimates_of(scheduler_node: Any) -> Optional[tuple[int, int]]:
+    """Inductor's estimates for the kernel of ``scheduler_node``: its FLOPs (of matmul
+    and convolution templates and extern kernels; 0 for the others) and the bytes of the
+    buffers it reads and writes. ``None`` where they are not plain integers (dynamic
+    shapes) or this Inductor has no estimates."""
+    estimate_flops = getattr(scheduler_node, "estimate_flops", None)
+    buffer_sizes = getattr(scheduler_node, "get_read_write_buffers_sizes", None)
+    if estimate_flops is None or buffer_sizes is None:
+        return None
+    flops, nbytes = estimate_flops() or 0, buffer_sizes()
+    try:
+        return int(flops), int(nbytes)
+    except TypeError:  # a symbolic size
+        return None
+
+
+def _current_scheduler_node() -> Any:
+    scheduler = getattr(V.graph, "scheduler", None)
+    return None if scheduler is None else scheduler.current_node
 
 
 def _scheduled_operations(cpu_batch: bool) -> list[Any]:
@@ -93,7 +120,11 @@ class _LaunchBrackets:
         def writeline(self, line: Any) -> None: ...
 
     @contextlib.contextmanager
-    def _bracket(self, annotation: Callable[[], Annotation], fallback_name: str) -> Iterator[None]:
+    def _bracket(
+        self, annotation: Callable[[], Annotation], fallback_name: str, scheduler_node: Any = None
+    ) -> Iterator[None]:
+        """``scheduler_node``: the scheduler node whose kernel is launched, for its
+        estimates (``None``: not known)."""
         # A launch nested in another (a fallback emitting a kernel call) shares its bracket.
         if self._bracket_open or not annotations_enabled():
             yield
@@ -103,14 +134,26 @@ class _LaunchBrackets:
         except Exception:  # a label is not worth failing the user's compile over
             log.warning("cgfast.inductor: could not label %s", fallback_name, exc_info=True)
             label = {"name": fallback_name}
+        counts = None
+        if scheduler_node is not None and estimates_enabled():
+            try:
+                counts = estimates_of(scheduler_node)
+            except Exception:  # nor are the estimates
+                log.warning("cgfast.inductor: could not estimate %s", fallback_name, exc_info=True)
         self._root_wrapper().add_import_once(IMPORT_LINE)
         self.writeline(f"_annotation_ctx = _mark_kernels({label!r})")
         self.writeline("_annotation_ctx.__enter__()")
+        if counts is not None:
+            self._root_wrapper().add_import_once(COUNTS_IMPORT_LINE)
+            self.writeline(f"_counts_ctx = _count_kernels({counts[0]}, {counts[1]})")
+            self.writeline("_counts_ctx.__enter__()")
         self._bracket_open = True
         try:
             yield
         finally:
             self._bracket_open = False
+        if counts is not None:
+            self.writeline("_counts_ctx.__exit__(None, None, None)")
         self.writeline("_annotation_ctx.__exit__(None, None, None)")
 
     def _root_wrapper(self) -> Any:
@@ -126,7 +169,8 @@ class _LaunchBrackets:
             operations = _scheduled_operations(cpu_batch)
             return origins_of(V.graph).kernel(operations, kernel_name)
 
-        with self._bracket(annotation, kernel_name):
+        # a C++ kernel group launches at flush, when the scheduler is at a later node
+        with self._bracket(annotation, kernel_name, None if cpu_batch else _current_scheduler_node()):
             # the wrapper class this is mixed into has it (mypy checks the mixin alone)
             return super().generate_kernel_call(kernel_name, *args, **kwargs)  # type: ignore[misc]
 
@@ -134,7 +178,10 @@ class _LaunchBrackets:
 def _bracketing_extern(name: str) -> Callable[..., Any]:
     def bracketed(self: Any, node: Any, *args: Any, **kwargs: Any) -> Any:
         fallback_name = str(getattr(node, "python_kernel_name", None) or name)
-        with self._bracket(lambda: origins_of(V.graph).extern(node), fallback_name):
+        scheduler_node = _current_scheduler_node()
+        if scheduler_node is not None and scheduler_node.node is not node:
+            scheduler_node = None  # an extern the scheduler is not generating (inside another)
+        with self._bracket(lambda: origins_of(V.graph).extern(node), fallback_name, scheduler_node):
             return getattr(super(_LaunchBrackets, self), name)(node, *args, **kwargs)
 
     bracketed.__name__ = bracketed.__qualname__ = name
@@ -143,7 +190,9 @@ def _bracketing_extern(name: str) -> Callable[..., Any]:
 
 def _bracketing_current_extern(name: str) -> Callable[..., Any]:
     def bracketed(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with self._bracket(lambda: origins_of(V.graph).extern(_current_extern()), name):
+        with self._bracket(
+            lambda: origins_of(V.graph).extern(_current_extern()), name, _current_scheduler_node()
+        ):
             return getattr(super(_LaunchBrackets, self), name)(*args, **kwargs)
 
     bracketed.__name__ = bracketed.__qualname__ = name
@@ -173,7 +222,7 @@ def _bracketing_extern_call(original: Callable[..., Any]) -> Callable[..., Any]:
         if not isinstance(node, kinds) or not isinstance(wrapper, _LaunchBrackets):
             return original(self, scheduler_node)
         name = str(getattr(node, "python_kernel_name", None) or type(node).__name__)
-        with wrapper._bracket(lambda: origins_of(V.graph).extern(node), name):
+        with wrapper._bracket(lambda: origins_of(V.graph).extern(node), name, scheduler_node):
             return original(self, scheduler_node)
 
     setattr(codegen_extern_call, _WRAPPED_MARK, True)

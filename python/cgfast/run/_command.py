@@ -33,6 +33,7 @@ NOT_EXECUTABLE = 126
 STARTUP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "startup")
 PACKAGE_ENV_VAR = "CGFAST_RUN_PACKAGE"
 INDUCTOR_ENV_VAR = "CGFAST_INDUCTOR_ANNOTATIONS"
+INDUCTOR_FLOPS_ENV_VAR = "CGFAST_INDUCTOR_FLOPS"
 DEFAULT_REPLAYS = 50
 DEFAULT_SKIP = 10
 DEFAULT_DEPTH = 3
@@ -73,6 +74,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-inductor", action="store_true", help="leave the Inductor toggle off")
     p.add_argument(
         "--stacks", action="store_true", help="also record the Python line that launched each kernel"
+    )
+    p.add_argument(
+        "--flops",
+        action="store_true",
+        help="also count each op's FLOPs and bytes on the kernels it launched (torch's FLOP formulas)",
     )
     p.add_argument(
         "--profile",
@@ -145,6 +151,7 @@ def main(argv: Sequence[str]) -> int:
         modules=not args.no_modules,
         inductor=not args.no_inductor,
         stacks=args.stacks,
+        flops=args.flops,
         profile=ProfileWindow(replays=args.replays, skip=args.skip) if args.profile else None,
     )
     print(f"{PROG}: {describe(settings)}", file=sys.stderr)
@@ -183,6 +190,8 @@ def describe(settings: RunSettings) -> str:
             on.append("Inductor toggle on")
         if settings.stacks:
             on.append("launch lines")
+        if settings.flops:
+            on.append("FLOPs and bytes")
     else:
         on.append("recording only what the program asks for")
     if settings.profile is not None:
@@ -200,6 +209,8 @@ def environment(settings: RunSettings) -> dict:
     env[PACKAGE_ENV_VAR] = os.path.dirname(os.path.abspath(cgfast.__file__))
     if settings.record and settings.inductor:
         env[INDUCTOR_ENV_VAR] = "1"
+        if settings.flops:
+            env[INDUCTOR_FLOPS_ENV_VAR] = "1"
     return env
 
 

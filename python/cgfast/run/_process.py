@@ -79,10 +79,11 @@ class ProcessRecording:
 
         if not self.settings.record:
             return
+        stacks, flops = self.settings.stacks, self.settings.flops
         if self.settings.modules:
-            self._naming = capture.annotate_all_modules(stacks=self.settings.stacks)
-        elif self.settings.stacks:
-            self._recording = capture.recording(stacks=True)
+            self._naming = capture.annotate_all_modules(stacks=stacks, flops=flops)
+        elif stacks or flops:
+            self._recording = capture.recording(stacks=stacks, flops=flops)
             self._recording.__enter__()
         capture.enable_annotations(choose_backend=False)
 

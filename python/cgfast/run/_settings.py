@@ -28,6 +28,7 @@ class RunSettings:
     modules: bool = True  # modules named without a handle (annotate_all_modules)
     inductor: bool = True  # the Inductor toggle on
     stacks: bool = False  # launch lines
+    flops: bool = False  # each op's FLOPs and bytes on its nodes
     profile: Optional[ProfileWindow] = None
 
     def to_env(self) -> str:
