@@ -115,3 +115,38 @@ def test_python_peaks(tmp_path):
     assert math.isclose(rows["m.b"]["peak_fraction"], 0.5)
     with pytest.raises(ValueError):
         cg.summarize(trace, peak_tflops=1.0)
+
+
+def test_the_html_chart_draws_the_roofline(tmp_path):
+    """Rendered in headless Chromium: the compute roof a long dark line, the point of
+    `m.a` (half the peak, compute-bound) below it and right of the ridge."""
+    from test_summary import browser, read_png, screenshot
+
+    if browser() is None:
+        pytest.skip("no headless browser (apt-get install chromium) to render the chart in")
+    trace = write(tmp_path / "t.annotated.json", events())
+    page = tmp_path / "chart.html"
+    out = cgfast("summary", trace, "--efficiency", "--chart", page)
+    assert out.returncode == 0, out.stderr
+    text = page.read_text()
+    assert "Roofline on H100 SXM" in text and "989.4 TFLOP/s (bf16)" in text and "3350 GB/s" in text
+    _, _, rows = read_png(screenshot(page, tmp_path))
+    plot = rows[80:530]
+
+    def near(px, color, tolerance=40):
+        return max(abs(a - b) for a, b in zip(px, color)) <= tolerance
+
+    red = [
+        (y, x) for y, row in enumerate(plot) for x, px in enumerate(row[:800]) if near(px, (0xE1, 0x57, 0x59))
+    ]
+    assert red, "no point drawn"
+    point_y = (min(y for y, _ in red) + max(y for y, _ in red)) / 2
+    point_x = (min(x for _, x in red) + max(x for _, x in red)) / 2
+    dark_rows = {y: sum(near(px, (0x22, 0x22, 0x22), 30) for px in row[:800]) for y, row in enumerate(plot)}
+    roof_y = max(dark_rows, key=dark_rows.get)
+    assert dark_rows[roof_y] > 400, "no compute roof"
+    roof_xs = [x for x, px in enumerate(plot[roof_y][:800]) if near(px, (0x22, 0x22, 0x22), 30)]
+    ridge_x = min(roof_xs)
+    # Half the peak on a log axis of two decades (100 to 10,000) over 430 px: 65 px below.
+    assert 55 < point_y - roof_y < 75, (point_y, roof_y)
+    assert point_x > ridge_x + 200

@@ -137,7 +137,7 @@ pub fn run(args: Args, cancel: &CancelToken) -> Result<(), Failure> {
         Format::Json => summary_table::print_json(&summary, args.top, efficiency.as_ref()),
     }
     if let Some(path) = &args.chart {
-        write_chart(path, &summary, &rows)?;
+        write_chart(path, &summary, &rows, efficiency.as_ref())?;
     }
     if failures.is_empty() {
         Ok(())

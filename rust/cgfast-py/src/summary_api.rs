@@ -108,16 +108,17 @@ pub fn summary_report<'py>(
             return Err(TraceError::new_err(lines.join("\n")));
         }
         let rows = summary.rows(top);
+        let efficiency =
+            efficiency.then(|| summary.efficiency(PeakOverride { tflops: peak_tflops, gbps: peak_gbps }));
         if let Some(path) = &chart {
-            write_chart(path, &summary, &rows).map_err(py_error)?;
+            write_chart(path, &summary, &rows, efficiency.as_ref()).map_err(py_error)?;
         }
         let mut report = summary.to_json(top);
         if steps {
             report["replay_rows"] = serde_json::Value::Array(summary.replay_rows());
         }
-        if efficiency {
-            report["efficiency"] =
-                summary.efficiency(PeakOverride { tflops: peak_tflops, gbps: peak_gbps }).to_json();
+        if let Some(e) = &efficiency {
+            report["efficiency"] = e.to_json();
         }
         Ok(report)
     })?;

@@ -26,6 +26,7 @@ pub(crate) mod icicle;
 pub(crate) mod key;
 pub(crate) mod peaks;
 pub(crate) mod read;
+pub(crate) mod roofline;
 pub(crate) mod time;
 
 use std::path::{Path, PathBuf};
