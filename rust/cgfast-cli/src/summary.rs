@@ -60,7 +60,7 @@ pub struct Args {
     /// achieved TFLOP/s and GB/s, the roofline bound, the share of peak and the time above
     /// the roofline, most of it first. Peaks are those of the GPU the trace records
     /// (deviceProperties), per args.dtype (bf16 where none is given). With --format csv,
-    /// a line per value of these figures.
+    /// a line per value of these figures; with --chart out.html, a roofline chart too.
     #[arg(long)]
     efficiency: bool,
     /// The FLOP peak for --efficiency, in TFLOP/s, for every dtype (instead of the GPU's).
