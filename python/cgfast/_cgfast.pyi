@@ -90,6 +90,9 @@ def summary_report(
     group_layers: bool,
     hierarchy: bool | None,
     cancel: CancelToken | None,
+    efficiency: bool = False,
+    peak_tflops: float | None = None,
+    peak_gbps: float | None = None,
 ) -> SummaryReport: ...
 def find_traces(paths: _Path | Iterable[_Path], *, annotated: bool = False) -> list[str]: ...
 def diff_report(

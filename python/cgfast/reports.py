@@ -240,16 +240,55 @@ class _SummaryReport(TypedDict):
     rows: List[SummaryRow]
 
 
+class EfficiencyRow(TypedDict):
+    """A value's line of the efficiency report (``cgfast summary --efficiency``): the
+    figures are over its kernels with FLOP and byte counts (``counted_kernels``, taking
+    ``counted_us`` of its ``attributed_us``: ``coverage``); None where there are no
+    counts or a peak is unknown."""
+
+    value: Optional[str]
+    kernels: int
+    counted_kernels: int
+    attributed_us: float
+    counted_us: float
+    coverage: float
+    flops_per_replay: Optional[float]
+    bytes_per_replay: Optional[float]
+    tflops: Optional[float]
+    gbps: Optional[float]
+    intensity: Optional[float]
+    bound_us: Optional[float]
+    peak_fraction: Optional[float]
+    above_roofline_us: Optional[float]
+
+
+class Efficiency(TypedDict):
+    """The efficiency report: the GPUs the traces record (``devices``), the table's
+    entry for them (``gpu``), the peaks used (TFLOP/s per dtype class, GB/s; absent or
+    None where unknown), the share of busy time with counts, notes, and a row per value,
+    the most time above the roofline first."""
+
+    devices: List[str]
+    gpu: Optional[str]
+    peak_tflops: Dict[str, float]
+    peak_gbps: Optional[float]
+    default_dtype: str
+    coverage: float
+    notes: List[str]
+    rows: List[EfficiencyRow]
+
+
 class SummaryReport(_SummaryReport, total=False):
     """What ``summary_report`` returns (``cgfast summary --format json``): ``depth``
     and ``group_layers`` where values are rolled up; ``replay_spread``, ``replays``
-    and ``replay_rows`` with ``steps``."""
+    and ``replay_rows`` with ``steps``; ``efficiency`` with ``efficiency=True``."""
 
     depth: Optional[int]
     group_layers: bool
     replay_spread: ReplaySpread
     replays: List[SummaryReplay]
     replay_rows: List[ReplayRow]
+    efficiency: Efficiency
 
 
 class DiffRuns(TypedDict):

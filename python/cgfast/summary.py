@@ -20,7 +20,7 @@ from typing import Any, List, Optional, Union
 from cgfast import _cgfast
 from cgfast._cgfast import CancelToken
 from cgfast._typing import PathLike, Paths
-from cgfast.reports import ReplayRow, SummaryReport, SummaryRow
+from cgfast.reports import EfficiencyRow, ReplayRow, SummaryReport, SummaryRow
 
 DEFAULTS = _cgfast.DEFAULTS
 
@@ -37,6 +37,9 @@ def summary_report(
     group_layers: bool = DEFAULTS["group_layers"],
     hierarchy: Optional[bool] = None,
     cancel: Optional[CancelToken] = None,
+    efficiency: bool = False,
+    peak_tflops: Optional[float] = None,
+    peak_gbps: Optional[float] = None,
 ) -> SummaryReport:
     """The whole report as a dict, as ``cgfast summary --format json`` prints it (with
     ``replay_rows`` added when ``steps``). ``paths``: annotated traces, directories
@@ -49,6 +52,9 @@ def summary_report(
     ``by``: the key grouped by (``"module"``, ``"name"``, ``"kernel"`` for the kernel's own
     name, or any key of ``args``; ``None``, the default: ``module`` where the traces carry
     it, else ``name``, else ``kernel``; the report's ``by`` says which).
+    ``efficiency``: add ``efficiency``, how close each value comes to the GPU's roofline
+    from the FLOP and byte counts its kernels carry (``cgfast summary --efficiency``);
+    ``peak_tflops`` and ``peak_gbps`` replace the peaks of the GPU the traces record.
     Raises ``cgfast.TraceError`` naming every trace that cannot be read. Ctrl-C on the
     main thread stops it (KeyboardInterrupt), as ``cancel`` (a ``CancelToken``) does
     from any thread (``cgfast.CancelledError``)."""
@@ -63,6 +69,9 @@ def summary_report(
         group_layers=group_layers,
         hierarchy=hierarchy,
         cancel=cancel,
+        efficiency=efficiency,
+        peak_tflops=peak_tflops,
+        peak_gbps=peak_gbps,
     )
 
 
@@ -79,7 +88,10 @@ def summarize(
     group_layers: bool = DEFAULTS["group_layers"],
     hierarchy: Optional[bool] = None,
     cancel: Optional[CancelToken] = None,
-) -> Union[List[SummaryRow], List[ReplayRow], Any]:
+    efficiency: bool = False,
+    peak_tflops: Optional[float] = None,
+    peak_gbps: Optional[float] = None,
+) -> Union[List[SummaryRow], List[ReplayRow], List[EfficiencyRow], Any]:
     """Rows of the summary of ``paths`` grouped by ``args[by]``, largest share first.
 
     Without ``steps``, a row per value: ``value`` (None for graphed kernels without the
@@ -89,6 +101,10 @@ def summarize(
     correlation id), ``value``, ``kernels``, ``total_us``, ``busy_us``,
     ``attributed_us``, ``share`` (of the replay's busy time), ``replay_start_us``,
     ``replay_span_us``, ``replay_busy_us``.
+
+    With ``efficiency``, a row per value of the efficiency report instead (see
+    :class:`cgfast.reports.EfficiencyRow`), the most time above the roofline first;
+    ``peak_tflops`` and ``peak_gbps`` replace the GPU's peaks.
 
     ``depth``, ``group_layers`` and ``hierarchy`` roll the values up as module paths
     and draw their tree, as in :func:`summary_report`.
@@ -109,8 +125,15 @@ def summarize(
         group_layers=group_layers,
         hierarchy=hierarchy,
         cancel=cancel,
+        efficiency=efficiency,
+        peak_tflops=peak_tflops,
+        peak_gbps=peak_gbps,
     )
-    rows: Union[List[SummaryRow], List[ReplayRow]] = report["replay_rows"] if steps else report["rows"]
+    rows: Union[List[SummaryRow], List[ReplayRow], List[EfficiencyRow]]
+    if efficiency:
+        rows = report["efficiency"]["rows"]
+    else:
+        rows = report["replay_rows"] if steps else report["rows"]
     return pandas.DataFrame(rows) if frame else rows
 
 

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use cgfast_core::{
-    check_chart, find_traces, summarize_files, write_chart, CancelToken, DefaultKey, Hierarchy,
+    check_chart, find_traces, summarize_files, write_chart, CancelToken, DefaultKey, Hierarchy, PeakOverride,
     SummaryOptions, Wanted, MODULE_KEY,
 };
 
@@ -55,6 +55,27 @@ pub struct Args {
     /// Never draw the icicle: the --chart has the bars only.
     #[arg(long, conflicts_with = "hierarchy")]
     no_hierarchy: bool,
+    /// Also how close each value comes to the GPU's roofline, from the FLOP and byte
+    /// counts its kernels carry (args.flops, args.bytes): FLOPs and bytes per replay,
+    /// achieved TFLOP/s and GB/s, the roofline bound, the share of peak and the time above
+    /// the roofline, most of it first. Peaks are those of the GPU the trace records
+    /// (deviceProperties), per args.dtype (bf16 where none is given). With --format csv,
+    /// a line per value of these figures; with --chart out.html, a roofline chart too.
+    #[arg(long)]
+    efficiency: bool,
+    /// The FLOP peak for --efficiency, in TFLOP/s, for every dtype (instead of the GPU's).
+    #[arg(long, value_name = "TFLOPS", requires = "efficiency", value_parser = positive)]
+    peak_tflops: Option<f64>,
+    /// The memory bandwidth peak for --efficiency, in GB/s (instead of the GPU's).
+    #[arg(long, value_name = "GBPS", requires = "efficiency", value_parser = positive)]
+    peak_gbps: Option<f64>,
+}
+
+fn positive(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err("a number above 0".into()),
+    }
 }
 
 pub fn run(args: Args, cancel: &CancelToken) -> Result<(), Failure> {
@@ -93,16 +114,30 @@ pub fn run(args: Args, cancel: &CancelToken) -> Result<(), Failure> {
         eprintln!("cgfast: note: no graphed kernels (work with a graph node id other than 0); summary reads the outputs of cgfast annotate");
     }
     let rows = summary.rows(args.top);
+    let efficiency = args
+        .efficiency
+        .then(|| summary.efficiency(PeakOverride { tflops: args.peak_tflops, gbps: args.peak_gbps }));
     match args.format {
         Format::Table => {
             let note = if args.by.is_none() { cgfast_core::default_key_note(&summary.by) } else { None };
-            summary_table::print_table(&summary, &rows, note.as_deref())
+            summary_table::print_table(&summary, &rows, note.as_deref());
+            if let Some(e) = &efficiency {
+                summary_table::print_efficiency(&summary, e);
+            }
         }
-        Format::Csv => summary_table::print_csv(&summary, &rows),
-        Format::Json => summary_table::print_json(&summary, args.top),
+        Format::Csv => match &efficiency {
+            Some(e) => {
+                for note in &e.notes {
+                    eprintln!("cgfast: note: {note}");
+                }
+                summary_table::print_efficiency_csv(e)
+            }
+            None => summary_table::print_csv(&summary, &rows),
+        },
+        Format::Json => summary_table::print_json(&summary, args.top, efficiency.as_ref()),
     }
     if let Some(path) = &args.chart {
-        write_chart(path, &summary, &rows)?;
+        write_chart(path, &summary, &rows, efficiency.as_ref())?;
     }
     if failures.is_empty() {
         Ok(())

@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use cgfast_core::{Row, Spread, Summary};
+use cgfast_core::{Efficiency, EfficiencyRow, Row, Spread, Summary};
 use serde_json::Value as Json;
 
 use crate::annotate::thousands;
@@ -276,6 +276,92 @@ pub fn print_table(summary: &Summary, rows: &[Row], note: Option<&str>) {
     }
 }
 
+/// `x` scaled by 10^-`power`, `digits` decimals; `-` where there is none.
+fn scaled(x: Option<f64>, power: i32, digits: usize) -> String {
+    x.map_or("-".to_string(), |x| format!("{:.digits$}", x / 10f64.powi(power) + 0.0))
+}
+
+/// The efficiency report after the table: peaks, notes, a line per value.
+pub fn print_efficiency(summary: &Summary, e: &Efficiency) {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let _ = writeln!(out);
+    let gpu = match (&e.gpu, e.devices.as_slice()) {
+        (Some(gpu), _) => gpu.to_string(),
+        (None, []) => "unknown GPU".to_string(),
+        (None, devices) => devices.join(", "),
+    };
+    let peaks: Vec<String> = e.peak_tflops.iter().map(|(c, p)| format!("{p} {}", c.name())).collect();
+    let _ = writeln!(
+        out,
+        "efficiency on {gpu}: peaks {} TFLOP/s, {} GB/s; kernels with counts {} of busy time",
+        if peaks.is_empty() { "unknown".to_string() } else { peaks.join(", ") },
+        e.peak_gbps.map_or("unknown".to_string(), |g| g.to_string()),
+        percent(e.coverage)
+    );
+    for note in &e.notes {
+        let _ = writeln!(out, "  note: {note}");
+    }
+    let _ = writeln!(out);
+    let headers = [
+        summary.by.as_str(),
+        "attributed ms",
+        "coverage",
+        "GFLOP/replay",
+        "MB/replay",
+        "TFLOP/s",
+        "GB/s",
+        "FLOP/B",
+        "bound ms",
+        "of peak",
+        "above roofline ms",
+    ];
+    let mut left = vec![false; headers.len()];
+    left[0] = true;
+    let percent_of = |x: Option<f64>| x.map_or("-".to_string(), percent);
+    let table: Vec<Vec<String>> = e
+        .rows
+        .iter()
+        .map(|r: &EfficiencyRow| {
+            vec![
+                clip_start(r.value.as_deref().unwrap_or(UNANNOTATED), 60),
+                ms(r.attributed_us),
+                percent(r.coverage),
+                scaled(r.flops_per_replay, 9, 3),
+                scaled(r.bytes_per_replay, 6, 3),
+                scaled(r.tflops, 0, 1),
+                scaled(r.gbps, 0, 0),
+                scaled(r.intensity, 0, 1),
+                scaled(r.bound_us, 3, 3),
+                percent_of(r.peak_fraction),
+                scaled(r.above_roofline_us, 3, 3),
+            ]
+        })
+        .collect();
+    print_columns(&mut out, &headers, &left, &table);
+}
+
+/// A line per value of the efficiency report.
+pub fn print_efficiency_csv(e: &Efficiency) {
+    let columns = [
+        "value",
+        "kernels",
+        "counted_kernels",
+        "attributed_us",
+        "counted_us",
+        "coverage",
+        "flops_per_replay",
+        "bytes_per_replay",
+        "tflops",
+        "gbps",
+        "intensity",
+        "bound_us",
+        "peak_fraction",
+        "above_roofline_us",
+    ];
+    print_records(&columns, &e.rows.iter().map(EfficiencyRow::to_json).collect::<Vec<_>>());
+}
+
 pub(crate) fn csv_field(text: &str) -> String {
     if text.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", text.replace('"', "\"\""))
@@ -311,8 +397,12 @@ fn print_records(columns: &[&str], records: &[Json]) {
 
 /// Without `steps`, a line per value; with it, a line per value per replay. The value
 /// of unannotated kernels is empty; `top_kernels` is a JSON list.
-pub fn print_json(summary: &Summary, top: usize) {
-    let text = serde_json::to_string_pretty(&summary.to_json(top)).expect("JSON of a report");
+pub fn print_json(summary: &Summary, top: usize, efficiency: Option<&Efficiency>) {
+    let mut report = summary.to_json(top);
+    if let Some(e) = efficiency {
+        report["efficiency"] = e.to_json();
+    }
+    let text = serde_json::to_string_pretty(&report).expect("JSON of a report");
     let _ = writeln!(std::io::stdout().lock(), "{text}");
 }
 

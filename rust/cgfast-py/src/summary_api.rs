@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use cgfast_core::{
-    find_traces as find, summarize_files, write_chart, DefaultKey, Hierarchy, Silent, SummaryOptions, Wanted,
-    MODULE_KEY,
+    find_traces as find, summarize_files, write_chart, DefaultKey, Hierarchy, PeakOverride, Silent,
+    SummaryOptions, Wanted, MODULE_KEY,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -52,7 +52,7 @@ pub fn find_traces<'py>(
 /// traces carry it, else `name`, else `kernel`); the run stops when `cancel` (or Ctrl-C
 /// on the main thread) asks. Raises `TraceError` naming every trace that cannot be read.
 #[pyfunction]
-#[pyo3(signature = (paths, *, by, steps, top, jobs, chart, depth, group_layers, hierarchy, cancel))]
+#[pyo3(signature = (paths, *, by, steps, top, jobs, chart, depth, group_layers, hierarchy, cancel, efficiency=false, peak_tflops=None, peak_gbps=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn summary_report<'py>(
     py: Python<'py>,
@@ -66,7 +66,16 @@ pub fn summary_report<'py>(
     group_layers: bool,
     hierarchy: Option<bool>,
     cancel: Option<&Bound<'py, PyCancelToken>>,
+    efficiency: bool,
+    peak_tflops: Option<f64>,
+    peak_gbps: Option<f64>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    if (peak_tflops.is_some() || peak_gbps.is_some()) && !efficiency {
+        return Err(PyValueError::new_err("peak_tflops and peak_gbps are for efficiency=True"));
+    }
+    if [peak_tflops, peak_gbps].into_iter().flatten().any(|p| !(p.is_finite() && p > 0.0)) {
+        return Err(PyValueError::new_err("peak_tflops and peak_gbps must be numbers above 0"));
+    }
     if by == Some("") {
         return Err(PyValueError::new_err("by must be a key of args, such as 'name' or 'module'"));
     }
@@ -99,12 +108,17 @@ pub fn summary_report<'py>(
             return Err(TraceError::new_err(lines.join("\n")));
         }
         let rows = summary.rows(top);
+        let efficiency =
+            efficiency.then(|| summary.efficiency(PeakOverride { tflops: peak_tflops, gbps: peak_gbps }));
         if let Some(path) = &chart {
-            write_chart(path, &summary, &rows).map_err(py_error)?;
+            write_chart(path, &summary, &rows, efficiency.as_ref()).map_err(py_error)?;
         }
         let mut report = summary.to_json(top);
         if steps {
             report["replay_rows"] = serde_json::Value::Array(summary.replay_rows());
+        }
+        if let Some(e) = &efficiency {
+            report["efficiency"] = e.to_json();
         }
         Ok(report)
     })?;

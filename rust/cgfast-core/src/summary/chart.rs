@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use super::efficiency::Efficiency;
 use super::{Row, Summary};
 use crate::Error;
 
@@ -46,7 +47,7 @@ pub(crate) fn human_time(us: f64) -> String {
 }
 
 /// Keep the end of a long label, where its most specific part is.
-fn shorten(text: &str, max: usize) -> String {
+pub(crate) fn shorten(text: &str, max: usize) -> String {
     let n = text.chars().count();
     if n <= max {
         return text.to_string();
@@ -185,13 +186,17 @@ pub(crate) fn svg(summary: &Summary, rows: &[Row]) -> String {
     s
 }
 
-/// The chart and a table of every value, as one HTML page.
-pub(crate) fn html(summary: &Summary, rows: &[Row]) -> String {
+/// The chart and a table of every value, as one HTML page; the roofline above them
+/// with `efficiency`.
+pub(crate) fn html(summary: &Summary, rows: &[Row], efficiency: Option<&Efficiency>) -> String {
     let (title, _) = headline(summary);
     let mut s = format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title>\n<style>\nbody {{ font-family: 'DejaVu Sans', Arial, Helvetica, sans-serif; margin: 16px; color: #222; }}\ntable {{ border-collapse: collapse; font-size: 13px; margin-top: 16px; }}\nth, td {{ padding: 3px 10px; border-bottom: 1px solid #e4e4e4; text-align: right; }}\nth:first-child, td:first-child, td.kernels {{ text-align: left; }}\ntd.kernels {{ color: #555; max-width: 520px; overflow-wrap: anywhere; }}\n</style></head><body>\n",
         escape(&title)
     );
+    if let Some(roofline) = efficiency.and_then(super::roofline::svg) {
+        s.push_str(&roofline);
+    }
     if summary.hierarchy.tree {
         s.push_str(&super::icicle::svg(summary, rows).0);
     }
@@ -223,14 +228,20 @@ pub(crate) fn html(summary: &Summary, rows: &[Row]) -> String {
     s
 }
 
-/// Write the chart to `path`: HTML for `.html`/`.htm`, SVG for `.svg`.
-pub fn write(path: &Path, summary: &Summary, rows: &[Row]) -> Result<(), Error> {
+/// Write the chart to `path`: HTML for `.html`/`.htm` (with a roofline chart for
+/// `efficiency`), SVG for `.svg`.
+pub fn write(
+    path: &Path,
+    summary: &Summary,
+    rows: &[Row],
+    efficiency: Option<&Efficiency>,
+) -> Result<(), Error> {
     let text = match chart_kind(path)? {
         ChartKind::Svg if summary.hierarchy.tree => {
             super::icicle::with_bars(summary, rows, &svg(summary, rows))
         }
         ChartKind::Svg => svg(summary, rows),
-        ChartKind::Html => html(summary, rows),
+        ChartKind::Html => html(summary, rows, efficiency),
     };
     write_atomically(path, &text)
 }

@@ -113,6 +113,7 @@ impl Summary {
             all.kernels += t.kernels;
             all.total_ns += t.total_ns;
             all.attributed_ns += t.attributed_ns;
+            all.counted.merge(t.counted);
             for (name, n) in t.by_name {
                 let m = all.by_name.entry(name).or_default();
                 m.kernels += n.kernels;

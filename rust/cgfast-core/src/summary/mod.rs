@@ -20,10 +20,13 @@ pub(crate) mod diff;
 pub(crate) mod diff_chart;
 pub(crate) mod diff_json;
 pub(crate) mod diff_stats;
+pub(crate) mod efficiency;
 pub(crate) mod hierarchy;
 pub(crate) mod icicle;
 pub(crate) mod key;
+pub(crate) mod peaks;
 pub(crate) mod read;
+pub(crate) mod roofline;
 pub(crate) mod time;
 
 use std::path::{Path, PathBuf};
@@ -33,6 +36,7 @@ use serde_json::{json, Value as Json};
 
 use crate::files::many::FilesProgress;
 use crate::{CancelToken, Error};
+use efficiency::CountTotals;
 use hierarchy::Hierarchy;
 use read::{Kernel, Kernels, NONE};
 use time::{attribute, union_length, Interval, Spread};
@@ -90,6 +94,8 @@ pub struct ValueTotals {
     pub by_name: HashMap<String, NameTotals>,
     /// Its attributed time in each replay it appears in (with `steps`).
     pub per_replay_ns: Vec<f64>,
+    /// Its kernels that carry capture-time FLOP and byte counts.
+    pub counted: CountTotals,
 }
 
 /// One trace's totals.
@@ -125,6 +131,8 @@ pub struct TraceTotals {
     pub ambiguous: (u64, i64),
     /// The same for unmatched replays.
     pub unmatched: (u64, i64),
+    /// The GPUs its `deviceProperties` names.
+    pub gpu_names: Vec<String>,
 }
 
 /// One value's kernels within one replay.
@@ -237,8 +245,19 @@ impl Summary {
                 let name = t.by_name.entry(k.names.get(kernel.name).to_string()).or_default();
                 name.kernels += 1;
                 name.total_ns += kernel.end - kernel.start;
+                if let Some(counts) = kernel.counts {
+                    let dtype = (kernel.dtype != NONE).then(|| k.dtypes.get(kernel.dtype));
+                    t.counted.add_kernel(counts, dtype, attributed[i as usize]);
+                }
             }
             t.busy_ns += busy(kernels, &mut run.to_vec());
+            let mut counted_replays: Vec<i64> = run
+                .iter()
+                .filter_map(|&i| kernels[i as usize].counts.and(kernels[i as usize].replay))
+                .collect();
+            counted_replays.sort_unstable();
+            counted_replays.dedup();
+            t.counted.replays += counted_replays.len() as u64;
         }
 
         let mut with_replay: Vec<u32> =
@@ -285,6 +304,7 @@ impl Summary {
                 .sum(),
             ambiguous: k.ambiguous,
             unmatched: k.unmatched,
+            gpu_names: k.gpu_names.clone(),
         };
         Summary {
             by: options.by.clone(),
@@ -307,6 +327,7 @@ impl Summary {
             mine.busy_ns += t.busy_ns;
             mine.attributed_ns += t.attributed_ns;
             mine.per_replay_ns.extend(t.per_replay_ns);
+            mine.counted.merge(t.counted);
             for (name, n) in t.by_name {
                 let m = mine.by_name.entry(name).or_default();
                 m.kernels += n.kernels;

@@ -15,7 +15,7 @@ use super::time::micros_to_nanos;
 pub(crate) const NONE: u32 = u32::MAX;
 
 /// A graphed kernel, memcpy or memset.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Kernel {
     pub(crate) start: i64,
     pub(crate) end: i64,
@@ -31,6 +31,17 @@ pub(crate) struct Kernel {
     pub(crate) fallback: u32,
     /// The executable graph of its node (`graph node id >> 32`; 0 where it is no integer).
     pub(crate) graph: u64,
+    /// `args.flops` and `args.bytes` (capture-time counts), where it carries either.
+    pub(crate) counts: Option<Counts>,
+    /// `args.dtype` by id in [`Kernels::dtypes`]; [`NONE`] without one.
+    pub(crate) dtype: u32,
+}
+
+/// A kernel's capture-time counts; one of the two it lacks reads as 0.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct Counts {
+    pub(crate) flops: f64,
+    pub(crate) bytes: f64,
 }
 
 /// What a read of one trace keeps.
@@ -41,6 +52,9 @@ pub(crate) struct Kernels {
     pub(crate) fallback_values: Strings,
     pub(crate) names: Strings,
     pub(crate) devices: Strings,
+    pub(crate) dtypes: Strings,
+    /// `deviceProperties[].name`: the GPUs the trace records.
+    pub(crate) gpu_names: Vec<String>,
     pub(crate) events: u64,
     /// Work events with `graph node id` missing or 0 (eager launches): not summarised.
     pub(crate) ungraphed: u64,
@@ -74,6 +88,9 @@ struct Fields {
     value: Option<Scalar>,
     fallback: Option<Scalar>,
     marker: Option<Scalar>,
+    flops: Option<Scalar>,
+    bytes: Option<Scalar>,
+    dtype: Option<Scalar>,
 }
 
 fn key_is(buf: &[u8], key: StrSpan, want: &[u8]) -> bool {
@@ -102,6 +119,7 @@ fn read_fields(c: &mut Cursor<'_>, by: &[u8], fallback: Option<&[u8]>) -> Scan<F
                 // A later `args` replaces an earlier one, as a JSON parser would have it.
                 (f.node, f.graph_id, f.correlation, f.value, f.fallback, f.marker) =
                     (None, None, None, None, None, None);
+                (f.flops, f.bytes, f.dtype) = (None, None, None);
                 return c.object(|c, key| {
                     let buf = c.buf;
                     let by_key = key_is(buf, key, by);
@@ -114,6 +132,12 @@ fn read_fields(c: &mut Cursor<'_>, by: &[u8], fallback: Option<&[u8]>) -> Scan<F
                         Some(&mut f.graph_id)
                     } else if key_is(buf, key, b"cgfast") {
                         Some(&mut f.marker)
+                    } else if key_is(buf, key, b"flops") {
+                        Some(&mut f.flops)
+                    } else if key_is(buf, key, b"bytes") {
+                        Some(&mut f.bytes)
+                    } else if key_is(buf, key, b"dtype") {
+                        Some(&mut f.dtype)
                     } else {
                         None
                     };
@@ -136,6 +160,7 @@ fn read_fields(c: &mut Cursor<'_>, by: &[u8], fallback: Option<&[u8]>) -> Scan<F
             b"args" => {
                 (f.node, f.graph_id, f.correlation, f.value, f.fallback, f.marker) =
                     (None, None, None, None, None, None);
+                (f.flops, f.bytes, f.dtype) = (None, None, None);
                 return c.skip_value();
             }
             _ => return c.skip_value(),
@@ -151,6 +176,17 @@ fn number(buf: &[u8], s: Option<Scalar>) -> Option<&[u8]> {
         Some(Scalar::Number { start, end }) => Some(&buf[start..end]),
         _ => None,
     }
+}
+
+/// A count: a non-negative number, or a string holding one (annotation values are
+/// written as Python's `str()` of them).
+fn count(buf: &[u8], s: Option<Scalar>) -> Option<f64> {
+    let n: f64 = match s? {
+        Scalar::Number { start, end } => std::str::from_utf8(&buf[start..end]).ok()?.parse().ok()?,
+        Scalar::Str(span) => text_of(buf, span).trim().parse().ok()?,
+        _ => return None,
+    };
+    (n.is_finite() && n >= 0.0).then_some(n)
 }
 
 /// The text a value is grouped by: strings as they read, anything else as its JSON.
@@ -241,6 +277,14 @@ impl Kernels {
             crate::index::Node::Id(id) => (id >> 32) as u64,
             _ => 0,
         };
+        let counts = match (count(buf, f.flops), count(buf, f.bytes)) {
+            (None, None) => None,
+            (flops, bytes) => Some(Counts { flops: flops.unwrap_or(0.0), bytes: bytes.unwrap_or(0.0) }),
+        };
+        let dtype = match f.dtype.and_then(|v| value_text(buf, v)) {
+            Some(text) => self.dtypes.intern(&text),
+            None => NONE,
+        };
         self.kernels.push(Kernel {
             start,
             end: start.saturating_add(dur),
@@ -250,6 +294,8 @@ impl Kernels {
             name,
             fallback,
             graph,
+            counts,
+            dtype,
         });
     }
 }
@@ -277,6 +323,7 @@ pub(crate) fn read_keys(
     let by = by.as_bytes();
     let fallback = fallback.map(str::as_bytes);
     let mut rank = None;
+    let mut gpu_names = Vec::new();
     for_each_event_and_member(
         path,
         cancel,
@@ -291,6 +338,12 @@ pub(crate) fn read_keys(
             Ok(())
         },
         &mut |c, key| {
+            if key_is(c.buf, key, b"deviceProperties") {
+                if let Scalar::Container { start, end } = c.scalar()? {
+                    gpu_names = device_names(&c.buf[start..end]);
+                }
+                return Ok(());
+            }
             if !key_is(c.buf, key, b"distributedInfo") || c.peek()? != b'{' {
                 return c.skip_value();
             }
@@ -311,7 +364,16 @@ pub(crate) fn read_keys(
     )
     .map_err(|f| f.error(path))?;
     kept.rank = rank;
+    kept.gpu_names = gpu_names;
     Ok(kept)
+}
+
+/// The `name` of each GPU of a `deviceProperties` array.
+fn device_names(array: &[u8]) -> Vec<String> {
+    let Ok(serde_json::Value::Array(devices)) = serde_json::from_slice(array) else {
+        return Vec::new();
+    };
+    devices.iter().filter_map(|d| d["name"].as_str().map(str::to_string)).collect()
 }
 
 #[cfg(test)]

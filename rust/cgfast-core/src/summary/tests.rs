@@ -193,7 +193,7 @@ fn chart_bars_are_sorted_and_escaped() {
     assert!(widths.windows(2).all(|w| w[0] >= w[1]), "{widths:?}");
     assert_eq!(widths[0], 500.0);
     assert!(svg.contains(chart::UNANNOTATED_COLOR));
-    let html = chart::html(&s, &rows);
+    let html = chart::html(&s, &rows, None);
     assert!(
         html.starts_with("<!DOCTYPE html>")
             && html.contains("<svg")
@@ -220,12 +220,13 @@ fn chart_folds_the_smallest_values() {
 fn chart_file_names() {
     let s = summary_of(TRACE, "name", false);
     let dir = tempfile::tempdir().unwrap();
-    assert!(chart::write(&dir.path().join("c.png"), &s, &s.rows(3))
+    assert!(chart::write(&dir.path().join("c.png"), &s, &s.rows(3), None)
         .unwrap_err()
         .to_string()
         .contains("must be a .svg or .html"));
-    chart::write(&dir.path().join("c.SVG"), &s, &s.rows(3)).unwrap();
-    let unwritable = chart::write(&dir.path().join("no/such/c.svg"), &s, &s.rows(3)).unwrap_err().to_string();
+    chart::write(&dir.path().join("c.SVG"), &s, &s.rows(3), None).unwrap();
+    let unwritable =
+        chart::write(&dir.path().join("no/such/c.svg"), &s, &s.rows(3), None).unwrap_err().to_string();
     assert!(unwritable.ends_with("c.svg: cannot write: no such file"), "{unwritable}");
 }
 
