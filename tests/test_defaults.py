@@ -29,7 +29,14 @@ ANNOTATE = {
 }
 SUMMARY = {"steps": False, "top": 3, "group_layers": False}
 # `by` left out: the first of module, name and the kernel's own name that the traces carry
-DIFF = {"group_layers": False, "threshold": 2.0, "min_change": 0.1, "min_share": 1.0, "per_rank": False}
+DIFF = {
+    "group_layers": False,
+    "threshold": 2.0,
+    "min_change": 0.1,
+    "min_share": 1.0,
+    "per_rank": False,
+    "pool_runs": False,
+}
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "h200-compiled-transformer"
 
 

@@ -213,3 +213,17 @@ def test_the_help_says_which_method(programs):
     text = " ".join(cgfast("diff", "--help").stdout.split())
     assert f"hierarchical bootstrap: {resamples:,} resamples" in text
     assert "drawing a side's runs with replacement and then each drawn run's replays" in text
+
+
+def test_pool_runs_gives_the_report_of_before_runs_were_told_apart(programs):
+    """With --pool-runs every trace of a side is of one run: the interval between replays
+    and no word of runs, in the table, the JSON and from Python."""
+    base, again, _ = programs
+    table = cgfast("diff", *sides(base, again), "--all", "--pool-runs", "--no-progress")
+    assert table.returncode == 0, table.stderr
+    assert "\n  runs " not in table.stdout and "bootstrap" not in table.stdout
+    report = report_of(*sides(base, again), "--pool-runs")
+    assert "runs" not in report and "Hodges-Lehmann" in report["method"]
+    assert all("runs" not in row for row in report["rows"])
+    from_python = cg.diff(base, again, pool_runs=True)
+    assert "runs" not in from_python and from_python["method"] == report["method"]

@@ -108,6 +108,7 @@ def diff_report(
     per_rank: bool,
     fail_if_slower: float | None,
     min_share: float,
+    pool_runs: bool,
     jobs: int,
     chart: _Path | None,
     cancel: CancelToken | None,

@@ -44,6 +44,7 @@ def diff(
     per_rank: bool = DEFAULTS["per_rank"],
     fail_if_slower: Optional[float] = None,
     min_share: float = DEFAULTS["min_share"],
+    pool_runs: bool = DEFAULTS["pool_runs"],
     jobs: Optional[int] = None,
     chart: Optional[PathLike] = None,
     frame: Optional[Literal["pandas"]] = None,
@@ -60,6 +61,8 @@ def diff(
     rolled-up values). ``threshold``, ``min_change``, ``fail_if_slower`` and ``min_share``
     are percent, as on the command line; with ``fail_if_slower`` the report's ``gate``
     says whether it failed and names each offender. ``per_rank`` adds ``ranks``, a comparison per rank.
+    ``pool_runs``: every trace of a side is of one run (intervals between replays only,
+    no ``runs``: the report of cgfast before it told runs apart).
     ``chart``: also write a ``.svg`` or ``.html`` chart there. ``frame="pandas"``: ``rows``
     (and ``tree``) as pandas DataFrames, nested fields flattened (``base_median_us``, ...).
 
@@ -84,6 +87,7 @@ def diff(
         per_rank=per_rank,
         fail_if_slower=fail_if_slower,
         min_share=min_share,
+        pool_runs=pool_runs,
         jobs=jobs or 0,
         chart=chart,
         cancel=cancel,

@@ -34,6 +34,7 @@ class Defaults(TypedDict):
     min_change: float
     min_share: float
     per_rank: bool
+    pool_runs: bool
 
 
 class _Recovery(TypedDict):
@@ -308,8 +309,8 @@ class DiffReport(TypedDict, total=False):
     """The report, as ``cgfast diff --format json`` prints it (``rows`` and ``tree`` are
     pandas DataFrames with ``frame="pandas"``). Present in every report: ``by``,
     ``by_default``, ``by_note``, ``method``, ``confidence``, ``threshold_pct``,
-    ``min_change_pct``, ``traces``, ``graphs``, ``base``, ``test``, ``runs``, ``total``,
-    ``mean_delta_us``, ``explained``, ``rows``, ``notes``;
+    ``min_change_pct``, ``traces``, ``graphs``, ``base``, ``test``, ``runs`` (not with
+    ``pool_runs``), ``total``, ``mean_delta_us``, ``explained``, ``rows``, ``notes``;
     ``tree`` for module paths (or ``hierarchy=True``), ``depth`` and ``group_layers`` for
     rolled-up values, ``ranks`` with ``per_rank``, ``gate`` with ``fail_if_slower``.
     With several runs a side, each row has ``runs`` too: the runs each side has the

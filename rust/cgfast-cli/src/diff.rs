@@ -108,6 +108,10 @@ pub struct Args {
     /// 95% interval above 0.
     #[arg(long, value_name = "PCT", value_parser = percentage)]
     fail_if_slower: Option<f64>,
+    /// Take every trace of a side as one run: intervals between replays only, and no
+    /// word of runs (the output of cgfast before it told runs apart).
+    #[arg(long)]
+    pool_runs: bool,
     /// The share of the base's busy time, percent, a value needs for --fail-if-slower.
     #[arg(long, value_name = "PCT", default_value_t = DiffOptions::default().min_share * 100.0, value_parser = percentage)]
     min_share: f64,
@@ -176,6 +180,7 @@ pub fn run(args: Args, cancel: &CancelToken) -> Result<i32, Failure> {
         per_rank: args.per_rank,
         fail_if_slower: args.fail_if_slower.map(|p| p / 100.0),
         min_share: args.min_share / 100.0,
+        pool_runs: args.pool_runs,
     };
     let all: Vec<PathBuf> = base.iter().chain(&test).cloned().collect();
     let progress = Files::new("reading", &all, !args.reading.no_progress, LARGE_INPUT);

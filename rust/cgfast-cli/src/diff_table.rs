@@ -127,7 +127,9 @@ fn comparison_table(out: &mut impl Write, diff: &Diff, c: &Comparison, top: usiz
         }
         _ => {}
     }
-    let _ = writeln!(out, "  runs           {}", c.runs_line());
+    if !diff.options.pool_runs {
+        let _ = writeln!(out, "  runs           {}", c.runs_line());
+    }
     let _ = writeln!(out);
     if listed.is_empty() {
         let _ = writeln!(

@@ -26,7 +26,7 @@ fn percentage(name: &str, value: f64) -> PyResult<f64> {
 /// (`cgfast.diff` fills in the core's defaults); the run stops when `cancel` (or Ctrl-C
 /// on the main thread) asks.
 #[pyfunction]
-#[pyo3(signature = (base, test, *, by, depth, group_layers, hierarchy, threshold, min_change, per_rank, fail_if_slower, min_share, jobs, chart, cancel))]
+#[pyo3(signature = (base, test, *, by, depth, group_layers, hierarchy, threshold, min_change, per_rank, fail_if_slower, min_share, pool_runs, jobs, chart, cancel))]
 #[allow(clippy::too_many_arguments)]
 pub fn diff_report<'py>(
     py: Python<'py>,
@@ -41,6 +41,7 @@ pub fn diff_report<'py>(
     per_rank: bool,
     fail_if_slower: Option<f64>,
     min_share: f64,
+    pool_runs: bool,
     jobs: usize,
     chart: Option<&Bound<'py, PyAny>>,
     cancel: Option<&Bound<'py, PyCancelToken>>,
@@ -63,6 +64,7 @@ pub fn diff_report<'py>(
         per_rank,
         fail_if_slower: fail_if_slower.map(|p| percentage("fail_if_slower", p)).transpose()?,
         min_share: percentage("min_share", min_share)?,
+        pool_runs,
     };
     let chart = match chart {
         Some(c) => path_of(c)?,

@@ -69,5 +69,6 @@ fn defaults(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::PyDict>> {
     defaults.set_item("min_change", diff.min_change * 100.0)?;
     defaults.set_item("min_share", diff.min_share * 100.0)?;
     defaults.set_item("per_rank", diff.per_rank)?;
+    defaults.set_item("pool_runs", diff.pool_runs)?;
     Ok(defaults)
 }

@@ -109,26 +109,30 @@ fn offender_json(o: &Offender) -> Json {
     })
 }
 
-fn comparison_json(c: &Comparison, tree: bool) -> serde_json::Map<String, Json> {
-    let mut v = json!({
-        "graphs": c.graphs,
-        "base": info_json(&c.base),
-        "test": info_json(&c.test),
-        "runs": {
-            "base": c.base.runs,
-            "test": c.test.runs,
-            "between_runs": c.between_runs(),
-            "note": c.runs_line(),
-        },
-        "total": row_json(&c.total, c.mean_delta_us, false),
-        "mean_delta_us": c.mean_delta_us,
-        "explained": c.explained.map_or(Json::Null, finite),
-        "rows": c.rows.iter().map(|r| row_json(r, c.mean_delta_us, true)).collect::<Vec<_>>(),
-    });
-    if tree {
-        v["tree"] = c.tree.iter().map(|r| row_json(r, c.mean_delta_us, false)).collect();
+/// A comparison's fields; `runs`: with what it says of runs (not with `--pool-runs`).
+fn comparison_json(c: &Comparison, tree: bool, runs: bool) -> serde_json::Map<String, Json> {
+    let mut fields = serde_json::Map::new();
+    fields.insert("graphs".into(), json!(c.graphs));
+    fields.insert("base".into(), info_json(&c.base));
+    fields.insert("test".into(), info_json(&c.test));
+    if runs {
+        fields.insert(
+            "runs".into(),
+            json!({
+                "base": c.base.runs,
+                "test": c.test.runs,
+                "between_runs": c.between_runs(),
+                "note": c.runs_line(),
+            }),
+        );
     }
-    let Json::Object(fields) = v else { unreachable!("an object") };
+    fields.insert("total".into(), row_json(&c.total, c.mean_delta_us, false));
+    fields.insert("mean_delta_us".into(), json!(c.mean_delta_us));
+    fields.insert("explained".into(), c.explained.map_or(Json::Null, finite));
+    fields.insert("rows".into(), c.rows.iter().map(|r| row_json(r, c.mean_delta_us, true)).collect());
+    if tree {
+        fields.insert("tree".into(), c.tree.iter().map(|r| row_json(r, c.mean_delta_us, false)).collect());
+    }
     fields
 }
 
@@ -161,7 +165,8 @@ impl Diff {
                 "test": self.test_traces.iter().map(trace_json).collect::<Vec<_>>(),
             }),
         );
-        fields.extend(comparison_json(&self.pooled, self.hierarchy.tree));
+        let runs = !o.pool_runs;
+        fields.extend(comparison_json(&self.pooled, self.hierarchy.tree, runs));
         if o.per_rank {
             let ranks: Vec<Json> = self
                 .ranks
@@ -169,7 +174,7 @@ impl Diff {
                 .map(|c| {
                     let mut r = serde_json::Map::new();
                     r.insert("rank".into(), json!(c.rank));
-                    r.extend(comparison_json(c, self.hierarchy.tree));
+                    r.extend(comparison_json(c, self.hierarchy.tree, runs));
                     Json::Object(r)
                 })
                 .collect();

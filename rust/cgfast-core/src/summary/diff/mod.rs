@@ -172,7 +172,8 @@ fn build(
     let mut sides: [(Group, BTreeMap<u64, Group>); 2] = Default::default();
     for (s, traces) in [&base, &test].into_iter().enumerate() {
         let paths: Vec<&std::path::Path> = traces.iter().map(|t| t.info.path.as_path()).collect();
-        for (t, run) in traces.iter().zip(runs::runs_of(&paths)) {
+        let runs = if options.pool_runs { vec![0; paths.len()] } else { runs::runs_of(&paths) };
+        for (t, run) in traces.iter().zip(runs) {
             if options.per_rank && t.info.rank.is_none() {
                 return Err(format!(
                     "{}: no rank for --per-rank (the trace has no distributedInfo.rank and its name does not start with one)",

@@ -41,6 +41,9 @@ pub struct DiffOptions {
     pub fail_if_slower: Option<f64>,
     /// Values with less than this share of the base's busy time are not gated.
     pub min_share: f64,
+    /// Every trace of a side is of one run: the intervals hold the spread between
+    /// replays only, and nothing is said of runs (the output before runs were told apart).
+    pub pool_runs: bool,
 }
 
 impl Default for DiffOptions {
@@ -55,6 +58,7 @@ impl Default for DiffOptions {
             per_rank: false,
             fail_if_slower: None,
             min_share: DEFAULT_MIN_SHARE,
+            pool_runs: false,
         }
     }
 }
