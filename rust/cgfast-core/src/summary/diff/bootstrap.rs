@@ -22,7 +22,7 @@
 use rustc_hash::FxHashMap as HashMap;
 
 use super::distributions::{student_t_quantile, MedianRanks};
-use crate::summary::diff_stats::{Shift, CONFIDENCE};
+use crate::summary::diff_stats::{splitmix, Shift, CONFIDENCE};
 use crate::summary::time::Spread;
 
 /// Resamples per value.
@@ -50,11 +50,7 @@ struct Generator(u64);
 
 impl Generator {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        splitmix(&mut self.0)
     }
 
     /// Uniform in `[0, 1)`.
