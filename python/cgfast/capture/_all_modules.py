@@ -19,7 +19,7 @@ import weakref
 from typing import Any, Dict, List, Literal, Optional, Sequence
 
 from cgfast.capture import _patches, _stacks
-from cgfast.capture._backward import BACKWARD_PHASE
+from cgfast.capture._modules import module_entries, release_requests
 from cgfast.capture._runtime import ModuleEntry, never_raises, runtime
 
 
@@ -38,7 +38,6 @@ class ModuleNaming:
         self.backward = backward
         self.handles = 0
         self._module_type = torch.nn.Module
-        self._quiet_types = (torch.nn.Identity, torch.nn.Dropout)
         self._call_codes: Optional[frozenset] = None
         self._foreign: weakref.WeakSet = weakref.WeakSet()
 
@@ -94,14 +93,7 @@ class ModuleNaming:
         compiled = getattr(sys.modules.get("torch._dynamo.eval_frame"), "OptimizedModule", None)
         if compiled is not None and isinstance(model, compiled):
             named = [("", model), *model._orig_mod.named_modules()]
-        entries: Dict[Any, ModuleEntry] = {}
-        for name, module in named:
-            if module in entries:
-                continue
-            forward = {self.key: name}
-            backward = {**forward, **BACKWARD_PHASE} if self.backward else None
-            entries[module] = (self, forward, backward, type(module) in self._quiet_types)
-        return entries
+        return module_entries(self, named, self.key, self.backward)
 
 
 class AllModuleAnnotations:
@@ -155,14 +147,7 @@ class AllModuleAnnotations:
             naming.handles -= 1
             if naming.handles == 0:
                 naming.stop()
-        if self._stacks:
-            runtime.release_stacks(self)
-        if self._flops:
-            runtime.release_counts(self)
-        _patches.sync()
-        if self._hold is not None:
-            runtime.release(self._hold)
-            self._hold = None
+        release_requests(self)
 
     def __enter__(self) -> AllModuleAnnotations:
         return self

@@ -8,7 +8,7 @@ the wrapper (``_module_calls``) records each registered module's spans during ca
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Sequence
+from typing import Any, Dict, Iterable, Literal, Optional, Sequence, Tuple
 
 from cgfast.capture import _patches, _stacks
 from cgfast.capture._backward import BACKWARD_PHASE
@@ -43,14 +43,12 @@ class ModuleAnnotations:
         paths = _stacks.filter_paths(stack_filter_paths) if stacks else None
         self.model = model
         self.key = key
-        entries: dict[Any, ModuleEntry] = {}
-        quiet_types = (torch.nn.Identity, torch.nn.Dropout)
-        for name, module in model.named_modules():
-            if prefix:
-                name = f"{prefix}.{name}" if name else prefix
-            forward = {key: name}
-            quiet = type(module) in quiet_types
-            entries[module] = (self, forward, {**forward, **BACKWARD_PHASE} if backward else None, quiet)
+        named = (
+            ((f"{prefix}.{name}" if name else prefix, module) for name, module in model.named_modules())
+            if prefix
+            else model.named_modules()
+        )
+        entries = module_entries(self, named, key, backward)
         runtime.add_modules(entries)
         self._modules = list(entries)
         self._hold: Optional[int] = runtime.hold()
@@ -74,14 +72,7 @@ class ModuleAnnotations:
                 return
             modules, self._modules = self._modules, []
             runtime.remove_modules(self, modules)
-        if self._stacks:
-            runtime.release_stacks(self)
-        if self._flops:
-            runtime.release_counts(self)
-        _patches.sync()
-        if self._hold is not None:
-            runtime.release(self._hold)
-            self._hold = None
+        release_requests(self)
 
     def __enter__(self) -> ModuleAnnotations:
         return self
@@ -89,6 +80,40 @@ class ModuleAnnotations:
     def __exit__(self, exc_type, exc, traceback) -> Literal[False]:
         self.remove()
         return False
+
+
+def module_entries(
+    owner: Any, named: Iterable[Tuple[str, Any]], key: str, backward: bool
+) -> Dict[Any, ModuleEntry]:
+    """The registry entries of ``owner`` for ``(name, module)`` pairs, a module named by
+    its first pair: ``{key: name}`` forward, with the backward phase when ``backward``."""
+    import torch
+
+    quiet_types = (torch.nn.Identity, torch.nn.Dropout)
+    entries: Dict[Any, ModuleEntry] = {}
+    for name, module in named:
+        if module not in entries:
+            forward = {key: name}
+            entries[module] = (
+                owner,
+                forward,
+                {**forward, **BACKWARD_PHASE} if backward else None,
+                type(module) in quiet_types,
+            )
+    return entries
+
+
+def release_requests(handle: Any) -> None:
+    """What a module handle asked for besides its modules, given back: its launch-stack and
+    op-count requests and its hold on annotations (``_stacks``, ``_flops``, ``_hold``)."""
+    if handle._stacks:
+        runtime.release_stacks(handle)
+    if handle._flops:
+        runtime.release_counts(handle)
+    _patches.sync()
+    if handle._hold is not None:
+        runtime.release(handle._hold)
+        handle._hold = None
 
 
 def annotate_modules(

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -99,11 +98,10 @@ class ReplayWindow:
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
             profiler.stop()
+            from cgfast.profiler import default_worker_name
             from cgfast.run._process import process_rank
 
-            name = (
-                f"{process_rank():06d}.{socket.gethostname()}_{os.getpid()}.{time.time_ns()}.pt.trace.json.gz"
-            )
+            name = f"{default_worker_name(process_rank())}.{time.time_ns()}.pt.trace.json.gz"
             profiler.export_chrome_trace(os.path.join(self.recording.settings.out, name))
 
     def forget(self) -> None:
