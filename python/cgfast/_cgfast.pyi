@@ -76,6 +76,7 @@ def write_annotations(
     graphs: Mapping[int, Iterable[Mapping[str, Any]]] | None = None,
     stacks: Mapping[int, Sequence[str]] | None = None,
     traces: Sequence[_Path] | None = None,
+    launch_phases: Mapping[int, str] | None = None,
 ) -> None: ...
 def run_cli(argv: Sequence[str]) -> int: ...
 def summary_report(

@@ -21,18 +21,21 @@ def save_annotations(
     graphs: Optional[Mapping[int, list]] = None,
     stacks: Optional[Mapping[int, list]] = None,
     traces: Optional[Sequence[str | os.PathLike[str]]] = None,
+    launch_phases: Optional[Mapping[int, str]] = None,
 ) -> None:
     """Write ``annotations`` (node id -> list of dicts/strings) and, optionally, the
     recorded graph topology, launch stacks (node id -> ``"file:line:function"`` frames,
-    innermost first) and the traces this process exported (absolute paths, which ``cgfast
-    annotate DIR`` pairs with this file) to ``path`` atomically; gzip when the name ends
-    in ``.gz``."""
+    innermost first), the traces this process exported (absolute paths, which ``cgfast
+    annotate DIR`` pairs with this file) and the launch phases (node id -> ``"backward"``
+    where its stack is that of the forward op whose gradient it computes) to ``path``
+    atomically; gzip when the name ends in ``.gz``."""
     _cgfast.write_annotations(
         os.fspath(path),
         annotations,
         graphs,
         {k: list(v) for k, v in stacks.items()} if stacks else None,
         [os.fspath(t) for t in traces] if traces else None,
+        dict(launch_phases) if launch_phases else None,
     )
 
 

@@ -63,6 +63,7 @@ __all__ = [
     "enable_annotations",
     "get_graph_topology",
     "get_kernel_annotations",
+    "get_kernel_launch_phases",
     "get_kernel_op_counts",
     "get_kernel_stacks",
     "graph",
@@ -109,8 +110,16 @@ def get_graph_topology() -> Dict[int, List[Dict[str, Any]]]:
 
 def get_kernel_stacks() -> Dict[int, List[str]]:
     """Node id -> the user frames that launched it (``file:line:function``, innermost
-    first), recorded with ``stacks=True`` (a new dict on every call)."""
+    first), recorded with ``stacks=True`` (a new dict on every call). A node that a
+    backward pass captured has the frames of the forward op whose gradient it computes
+    (see :func:`get_kernel_launch_phases`)."""
     return _runtime_state.recorder.stacks()
+
+
+def get_kernel_launch_phases() -> Dict[int, str]:
+    """Node id -> ``"backward"`` for the nodes of :func:`get_kernel_stacks` that a
+    backward pass captured (a new dict on every call)."""
+    return _runtime_state.recorder.launch_phases()
 
 
 def get_kernel_op_counts() -> Dict[int, Dict[str, int]]:
@@ -152,6 +161,7 @@ def save_annotations(
             graphs=recorder.topology(),
             stacks=recorder.stacks(),
             traces=traces,
+            launch_phases=recorder.launch_phases(),
         )
     else:
         _annotation_files.save_annotations(path, annotations, traces=traces)

@@ -66,6 +66,16 @@ class Span(NamedTuple):
 _new_span = functools.partial(tuple.__new__, Span)
 
 
+BACKWARD = "backward"
+
+
+class BackwardFrames(tuple):
+    """Launch frames of nodes a backward pass captured: those of the forward op whose
+    gradient they compute."""
+
+    __slots__ = ()
+
+
 class TopologyNode(NamedTuple):
     local_id: int
     kind: str
@@ -219,7 +229,8 @@ class Recorder:
                         pending.append((annotation, _new_span((graph_id, segment_first, segment_end))))
 
     def add_stack(self, span: Span, frames: Tuple[str, ...]) -> None:
-        """The nodes of ``span`` were launched from ``frames`` (innermost first)."""
+        """The nodes of ``span`` were launched from ``frames`` (innermost first; a
+        :class:`BackwardFrames` for nodes of a backward pass)."""
         with self._lock:
             self._pending_stacks.append((span, frames))
 
@@ -230,6 +241,17 @@ class Recorder:
                 graph_id << 32 | local_id: list(frames)
                 for graph_id, by_local_id in self._stacks.items()
                 for local_id, frames in by_local_id.items()
+            }
+
+    def launch_phases(self) -> Dict[int, str]:
+        """Node id -> ``"backward"`` for the resolved nodes whose frames are those of the
+        forward op whose gradient they compute (a new dict)."""
+        with self._lock:
+            return {
+                graph_id << 32 | local_id: BACKWARD
+                for graph_id, by_local_id in self._stacks.items()
+                for local_id, frames in by_local_id.items()
+                if type(frames) is BackwardFrames
             }
 
     def _resolve_stacks(self) -> None:

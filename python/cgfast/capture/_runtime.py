@@ -62,8 +62,10 @@ class CaptureRuntime:
         "count_mode",
         "count_requests",
         "enabled",
+        "forward_stacks",
         "global_module_hooks",
         "installed",
+        "leaf_stacks",
         "module_call_of_torch",
         "module_calls_record",
         "module_frames",
@@ -151,6 +153,12 @@ class CaptureRuntime:
         self.stack_requests: List[Tuple[Any, Optional[Tuple[str, ...]]]] = []  # (owner, filter paths)
         # filter paths (None: torch's defaults) -> (directory prefixes, file name -> filtered?)
         self.stack_filters: Dict[Optional[Tuple[str, ...]], Tuple[Tuple[str, ...], Dict[str, bool]]] = {}
+        # autograd sequence number -> the frames of the forward op that made the node,
+        # for the backward nodes' launch frames; kept while stacks are asked for
+        self.forward_stacks: Dict[int, Tuple[str, ...]] = {}
+        # leaf tensor -> (the capture's stack recorder, the frames of the first op that
+        # used it in that capture): its AccumulateGrad node's, which has no sequence number
+        self.leaf_stacks: Any = {}  # a torch.utils.weak.WeakIdKeyDictionary once used
 
         # -- replays ------------------------------------------------------------------------
         # told of every replay through a patched graph class, before and after it
@@ -386,6 +394,9 @@ class CaptureRuntime:
             if holder is owner:
                 del self.stack_requests[index]
                 break
+        if not self.stack_requests:
+            self.forward_stacks = {}
+            self.leaf_stacks = {}
 
     def wants_stack_mode(self) -> bool:
         return bool(self.stack_requests) and self.captures_in_progress > 0

@@ -7,6 +7,15 @@ it starts): the nodes the op added to the capture (a span of local ids, as for m
 scopes) get the op's Python stack, innermost first, without the frames of torch,
 cuda-bindings, CUPTI, triton, importlib, Inductor's generated code and cgfast itself
 (torch 2.15's filter) or, when given, of the directories in ``filter_paths``.
+
+Backward nodes get the stack of the forward op whose gradient they compute: autograd
+makes an op's node just before the op reaches the dispatch mode, so the autograd
+sequence numbers taken since the previous op on the thread are the nodes this op made,
+and their frames are kept by number (``runtime.forward_stacks``); an AccumulateGrad node
+(no number) takes those of the first op of the capture that used its leaf, as anomaly
+mode has it. An op run while the autograd engine executes a node
+(``torch._C._current_autograd_node()``) takes that node's forward frames, as
+:class:`BackwardFrames`; one of a node made before stacks were asked for takes none.
 """
 
 from __future__ import annotations
@@ -15,10 +24,11 @@ import functools
 import importlib.util
 import os
 import sys
+import threading
 from types import FrameType
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from cgfast.capture._core import Span
+from cgfast.capture._core import BackwardFrames, Span
 from cgfast.capture._runtime import never_raises, runtime
 from cgfast.capture._spans import begin_span
 
@@ -104,23 +114,76 @@ def _node_count_after_op(backend: Any, graph: int) -> int:
     return backend.graphs.node_count(graph)
 
 
+def _no_node() -> None:
+    return None
+
+
 @functools.cache
 def launch_stacks_mode() -> type:
     """The dispatch mode that records launch stacks (a class made once: it subclasses
     torch's ``TorchDispatchMode``)."""
+    import torch
     from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.weak import WeakIdKeyDictionary
 
     class LaunchStacks(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.sequence_nr = torch._C._autograd._get_sequence_nr
+            self.current_node = getattr(torch._C, "_current_autograd_node", _no_node)
+            # per thread: the sequence number seen at its previous op; the pushing
+            # thread (the capture's) from now, the autograd engine's from their first op
+            self.seen = threading.local()
+            self.seen.number = self.sequence_nr()
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             backend = runtime.backend() if runtime.enabled else None
             start = _begin_op(backend) if backend is not None else None
+            node = self.current_node()
+            made = None
+            if node is None:
+                number = self.sequence_nr()
+                seen = getattr(self.seen, "number", number)
+                if number != seen:
+                    made = range(seen, number)
+                self.seen.number = number
             out = func(*args, **(kwargs or {}))
+            frames = None
+            if made:
+                frames = user_frames(2)
+                if frames:
+                    forward_stacks = runtime.forward_stacks
+                    for number in made:
+                        forward_stacks[number] = frames
+                    self._note_leaves(args, frames)
             if start is not None:
                 end = _node_count_after_op(backend, start.graph)
                 if end is not None and end > start.first:
-                    frames = user_frames(2)
+                    if node is not None:
+                        forward = self._forward_frames(node)
+                        frames = BackwardFrames(forward) if forward else None
+                    elif frames is None:
+                        frames = user_frames(2)
                     if frames:
                         runtime.recorder.add_stack(Span(start.graph_id, start.first, end), frames)
             return out
 
+        def _note_leaves(self, args: Any, frames: Tuple[str, ...]) -> None:
+            leaf_stacks = runtime.leaf_stacks
+            if type(leaf_stacks) is dict:
+                leaf_stacks = runtime.leaf_stacks = WeakIdKeyDictionary()
+            for arg in args:
+                for tensor in arg if isinstance(arg, (list, tuple)) else (arg,):
+                    if isinstance(tensor, torch.Tensor) and tensor.requires_grad and tensor.grad_fn is None:
+                        noted = leaf_stacks.get(tensor)
+                        if noted is None or noted[0] is not self:
+                            leaf_stacks[tensor] = (self, frames)
+
+        def _forward_frames(self, node: Any) -> Optional[Tuple[str, ...]]:
+            if isinstance(node, accumulate_grad):
+                noted = runtime.leaf_stacks.get(node.variable)
+                return noted[1] if noted is not None else None
+            return runtime.forward_stacks.get(node._sequence_nr())
+
+    accumulate_grad = torch._C._functions.AccumulateGrad
     return LaunchStacks

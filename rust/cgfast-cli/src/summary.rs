@@ -30,7 +30,8 @@ pub struct Args {
     traces: Vec<PathBuf>,
     /// The key kernels are grouped by: module, name, kernel (the kernel's own name) or any
     /// key the annotations wrote [default: module where the traces carry it, else name,
-    /// else kernel].
+    /// else kernel]. By launch, a line's backward kernels (launch_phase) have a row of their
+    /// own, "LINE [backward]".
     #[arg(long, value_name = "KEY")]
     by: Option<String>,
     #[arg(long, value_enum, default_value = "table")]

@@ -171,12 +171,13 @@ pub fn read_annotations<'py>(
 }
 
 /// Write `annotations` (node id -> list of dicts/strings) and, optionally, `graphs`
-/// (exec graph id -> recorded nodes), `stacks` (node id -> launch frames) and `traces`
+/// (exec graph id -> recorded nodes), `stacks` (node id -> launch frames),
+/// `launch_phases` (node id -> `"backward"` where its frames are its forward op's) and `traces`
 /// (the absolute paths of the traces the recording process exported) as a cgfast
 /// annotation file at `path`, atomically; gzipped when the name ends in `.gz`. Raises
 /// TypeError for data of the wrong shape and `TraceError` when the file cannot be written.
 #[pyfunction]
-#[pyo3(signature = (path, annotations, graphs = None, stacks = None, traces = None))]
+#[pyo3(signature = (path, annotations, graphs = None, stacks = None, traces = None, launch_phases = None))]
 pub fn write_annotations(
     py: Python<'_>,
     path: &Bound<'_, PyAny>,
@@ -184,11 +185,13 @@ pub fn write_annotations(
     graphs: Option<&Bound<'_, PyAny>>,
     stacks: Option<std::collections::HashMap<NodeId, Vec<String>>>,
     traces: Option<Vec<PathBuf>>,
+    launch_phases: Option<std::collections::HashMap<NodeId, String>>,
 ) -> PyResult<()> {
     let path = path_of(path)?.ok_or_else(|| PyValueError::new_err("path must not be None"))?;
     let mut annotations = annotations_of(annotations, graphs)?;
     annotations.stacks = stacks.unwrap_or_default().into_iter().collect();
     annotations.traces = traces.unwrap_or_default();
+    annotations.launch_phases = launch_phases.unwrap_or_default().into_iter().collect();
     py.detach(|| cgfast_core::write_annotations(&path, &annotations)).map_err(py_error)
 }
 

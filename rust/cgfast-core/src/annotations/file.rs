@@ -10,6 +10,8 @@
 //! with kind 0 = kernel, 1 = memcpy, 2 = memset; `name_index` is -1 and `grid`/`block`
 //! are null where the node has none. An optional `"stacks": {"8589934592":
 //! ["model.py:10:forward", "train.py:3:step"]}` gives nodes' launch frames, innermost first;
+//! an optional `"launch_phases": {"8589934593": "backward"}` the nodes whose frames are
+//! those of the forward op whose gradient they compute;
 //! an optional `"traces": ["/runs/a/worker0.1.pt.trace.json.gz"]` the traces the recording
 //! process exported.
 
@@ -120,6 +122,7 @@ fn from_document(document: Value) -> Decoded<Annotations> {
             },
             Some("graphs") => out.graphs = graphs(value)?,
             Some("stacks") => out.stacks = stacks(value)?,
+            Some("launch_phases") => out.launch_phases = launch_phases(value)?,
             Some("traces") => out.traces = traces(value)?,
             _ => {}
         }
@@ -178,6 +181,28 @@ fn stacks(value: Value) -> Decoded<HashMap<NodeId, Vec<String>>> {
             }
         };
         out.insert(node, frames);
+    }
+    Ok(out)
+}
+
+fn launch_phases(value: Value) -> Decoded<HashMap<NodeId, String>> {
+    let Value::Dict(entries) = value else {
+        return Err(invalid("\"launch_phases\" is not an object".into()));
+    };
+    let mut out = HashMap::with_capacity_and_hasher(entries.len(), Default::default());
+    for (key, phase) in entries {
+        let node = key.as_str().and_then(|s| s.trim().parse::<NodeId>().ok()).ok_or_else(|| {
+            invalid(format!("launch_phases: key {} is not a node id (an integer)", key_text(&key)))
+        })?;
+        match phase {
+            Value::Str(phase) => out.insert(node, phase),
+            other => {
+                return Err(invalid(format!(
+                    "launch_phases: node {node}: {} is not a string",
+                    other.py_str()
+                )))
+            }
+        };
     }
     Ok(out)
 }
@@ -334,6 +359,19 @@ pub(crate) fn to_json(annotations: &Annotations) -> Decoded<String> {
         }
         out.push('}');
     }
+    if !annotations.launch_phases.is_empty() {
+        out.push_str(", \"launch_phases\": {");
+        let mut ids: Vec<&NodeId> = annotations.launch_phases.keys().collect();
+        ids.sort_unstable();
+        for (i, id) in ids.into_iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            out.push_str(&format!("\"{id}\": "));
+            json_value::write(&Value::Str(annotations.launch_phases[id].clone()), &mut out);
+        }
+        out.push('}');
+    }
     if !annotations.traces.is_empty() {
         let paths = annotations
             .traces
@@ -486,6 +524,28 @@ mod tests {
         let bad =
             br#"{"format": "cgfast-annotations", "version": 1, "annotations": {}, "stacks": {"1": [3]}}"#;
         assert!(read_bytes(bad).unwrap_err().contains("not a string"));
+    }
+
+    #[test]
+    fn launch_phases_round_trip_and_bad_ones_are_refused() {
+        let mut a = sample();
+        a.stacks.insert(8589934592, vec!["model.py:10:forward".into()]);
+        a.launch_phases.insert(8589934592, "backward".into());
+        let text = to_json(&a).unwrap();
+        assert!(text.contains(r#", "launch_phases": {"8589934592": "backward"}"#), "{text}");
+        assert_eq!(read_bytes(text.as_bytes()).unwrap().launch_phases, a.launch_phases);
+        let with = |phases: &str| {
+            format!(
+                r#"{{"format": "cgfast-annotations", "version": 1, "annotations": {{}}, "launch_phases": {phases}}}"#
+            )
+        };
+        assert!(read_bytes(with("[]").as_bytes())
+            .unwrap_err()
+            .contains("\"launch_phases\" is not an object"));
+        assert!(read_bytes(with(r#"{"x": "backward"}"#).as_bytes())
+            .unwrap_err()
+            .contains("launch_phases: key"));
+        assert!(read_bytes(with(r#"{"1": 2}"#).as_bytes()).unwrap_err().contains("not a string"));
     }
 
     #[test]

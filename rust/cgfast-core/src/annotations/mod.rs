@@ -179,6 +179,10 @@ pub struct Annotations {
     /// Node id -> the Python frames that launched it (`file:line:function`, innermost
     /// first); written to annotated events as `args["launch"]` and `args["launch_stack"]`.
     pub stacks: HashMap<NodeId, Vec<String>>,
+    /// Node id -> the pass its launch stack was recorded in, where that is not the
+    /// forward pass (`"backward"`: the stack is that of the forward op whose gradient the
+    /// node computes); written to annotated events as `args["launch_phase"]`.
+    pub launch_phases: HashMap<NodeId, String>,
     /// The traces the process that recorded these exported, as `cgfast run` lists them
     /// (absolute paths, as the process wrote them).
     pub traces: Vec<PathBuf>,
@@ -190,6 +194,8 @@ pub struct Annotations {
 pub(crate) const LAUNCH_KEY: &str = "launch";
 /// The args key the whole launch stack is written to, one frame a line.
 pub(crate) const LAUNCH_STACK_KEY: &str = "launch_stack";
+/// The args key a launch stack's phase is written to (absent for the forward pass).
+pub(crate) const LAUNCH_PHASE_KEY: &str = "launch_phase";
 
 impl Annotations {
     /// The annotations of the nodes in `used`, resolved; other nodes' are not looked at
@@ -208,6 +214,9 @@ impl Annotations {
                 if let Some(frames) = self.stacks.get(&node).filter(|frames| !frames.is_empty()) {
                     resolved.writes.push((LAUNCH_KEY.into(), frames[0].clone()));
                     resolved.writes.push((LAUNCH_STACK_KEY.into(), frames.join("\n")));
+                    if let Some(phase) = self.launch_phases.get(&node) {
+                        resolved.writes.push((LAUNCH_PHASE_KEY.into(), phase.clone()));
+                    }
                 }
                 out.insert(node, resolved);
             }
@@ -217,7 +226,11 @@ impl Annotations {
 
     /// Every key an annotation may write into `args`.
     pub(crate) fn write_keys(&self) -> impl Iterator<Item = &str> {
-        let launch: &[&str] = if self.stacks.is_empty() { &[] } else { &[LAUNCH_KEY, LAUNCH_STACK_KEY] };
+        let launch: &[&str] = match (self.stacks.is_empty(), self.launch_phases.is_empty()) {
+            (true, _) => &[],
+            (false, true) => &[LAUNCH_KEY, LAUNCH_STACK_KEY],
+            (false, false) => &[LAUNCH_KEY, LAUNCH_STACK_KEY, LAUNCH_PHASE_KEY],
+        };
         self.nodes
             .values()
             .flatten()
@@ -277,6 +290,23 @@ mod tests {
         assert!(!r.contains_key(&7));
         let keys: Vec<&str> = a.write_keys().collect();
         assert!(keys.contains(&"launch") && keys.contains(&"launch_stack"));
+        assert!(!keys.contains(&"launch_phase"));
+        a.launch_phases.insert(6, "backward".into()); // no stack: nothing
+        a.stacks.insert(6, vec!["model.py:10:forward".into()]);
+        a.launch_phases.insert(6, "backward".into());
+        let r = a.resolve_used([5, 6]).unwrap();
+        let last: Vec<(&str, &str)> =
+            r[&6].writes[1..].iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(
+            last,
+            [
+                ("launch", "model.py:10:forward"),
+                ("launch_stack", "model.py:10:forward"),
+                ("launch_phase", "backward")
+            ]
+        );
+        assert!(!r[&5].writes.iter().any(|(k, _)| k == "launch_phase"));
+        assert!(a.write_keys().any(|k| k == "launch_phase"));
         a.stacks.clear();
         assert!(!a.write_keys().any(|k| k == "launch"));
     }

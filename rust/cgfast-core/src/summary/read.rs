@@ -91,7 +91,13 @@ struct Fields {
     flops: Option<Scalar>,
     bytes: Option<Scalar>,
     dtype: Option<Scalar>,
+    /// `args.launch_phase`, read when grouping by `launch` (see [`LAUNCH_KEY`]).
+    phase: Option<Scalar>,
 }
+
+/// Grouped by this key, a kernel whose `args.launch_phase` says `backward` is told apart
+/// from the forward kernels of the same line: its value reads `LINE [backward]`.
+const LAUNCH_KEY: &[u8] = b"launch";
 
 fn key_is(buf: &[u8], key: StrSpan, want: &[u8]) -> bool {
     key_bytes(buf, key).as_ref() == want
@@ -119,7 +125,7 @@ fn read_fields(c: &mut Cursor<'_>, by: &[u8], fallback: Option<&[u8]>) -> Scan<F
                 // A later `args` replaces an earlier one, as a JSON parser would have it.
                 (f.node, f.graph_id, f.correlation, f.value, f.fallback, f.marker) =
                     (None, None, None, None, None, None);
-                (f.flops, f.bytes, f.dtype) = (None, None, None);
+                (f.flops, f.bytes, f.dtype, f.phase) = (None, None, None, None);
                 return c.object(|c, key| {
                     let buf = c.buf;
                     let by_key = key_is(buf, key, by);
@@ -138,6 +144,8 @@ fn read_fields(c: &mut Cursor<'_>, by: &[u8], fallback: Option<&[u8]>) -> Scan<F
                         Some(&mut f.bytes)
                     } else if key_is(buf, key, b"dtype") {
                         Some(&mut f.dtype)
+                    } else if by == LAUNCH_KEY && key_is(buf, key, b"launch_phase") {
+                        Some(&mut f.phase)
                     } else {
                         None
                     };
@@ -160,7 +168,7 @@ fn read_fields(c: &mut Cursor<'_>, by: &[u8], fallback: Option<&[u8]>) -> Scan<F
             b"args" => {
                 (f.node, f.graph_id, f.correlation, f.value, f.fallback, f.marker) =
                     (None, None, None, None, None, None);
-                (f.flops, f.bytes, f.dtype) = (None, None, None);
+                (f.flops, f.bytes, f.dtype, f.phase) = (None, None, None, None);
                 return c.skip_value();
             }
             _ => return c.skip_value(),
@@ -265,9 +273,12 @@ impl Kernels {
             Some(Num::Int(i)) => Some(i),
             _ => None,
         });
-        let value = match f.value.and_then(|v| value_text(buf, v)) {
-            Some(text) => self.values.intern(&text),
-            None => NONE,
+        let value = match (f.value.and_then(|v| value_text(buf, v)), f.phase) {
+            (Some(text), Some(Scalar::Str(phase))) => {
+                self.values.intern(&format!("{text} [{}]", text_of(buf, phase)))
+            }
+            (Some(text), _) => self.values.intern(&text),
+            (None, _) => NONE,
         };
         let fallback = match f.fallback.and_then(|v| value_text(buf, v)) {
             Some(text) => self.fallback_values.intern(&text),
