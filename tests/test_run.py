@@ -55,8 +55,12 @@ def states(results):
 
 
 def assert_set_up(state):
+    # nothing of the capture layer until the first capture begins (a forked child has its
+    # parent's, which began one); then all of it
+    began = state["role"] == "fork"
+    assert state["before_capture"] == {"waiting_for_a_capture": not began, "capture_layer_imported": began}
     assert state["recording"] and state["modules_named"] and state["exports_saved"], state
-    assert not state["id_source_chosen"], state  # chosen at the first capture, not before
+    assert state["id_source_chosen"], state  # at the first capture
     assert state["inherited_annotations"] == 0, state
 
 

@@ -150,3 +150,60 @@ def test_the_html_chart_draws_the_roofline(tmp_path):
     # Half the peak on a log axis of two decades (100 to 10,000) over 430 px: 65 px below.
     assert 55 < point_y - roof_y < 75, (point_y, roof_y)
     assert point_x > ridge_x + 200
+
+
+def slower_gemm_events(replays: int = 2) -> list:
+    """:func:`events` with `a`'s GEMM taking 125 µs instead of 100 (and `c` moved)."""
+    out = []
+    for r in range(replays):
+        t = 1000 * r
+        out += [
+            kernel(
+                t,
+                125,
+                name="gemm",
+                replay=r + 1,
+                node=1,
+                module="m.a",
+                flops=str(49_470_000_000),
+                bytes="1000",
+            ),
+            kernel(t + 125, 100, name="copy", replay=r + 1, node=2, module="m.b", bytes=str(167_500_000)),
+            kernel(t + 225, 50, name="other", replay=r + 1, node=3, module="m.c"),
+        ]
+    return out
+
+
+def test_diff_efficiency_gives_each_values_change_in_achieved_throughput(tmp_path):
+    base = write(tmp_path / "base.annotated.json", events())
+    test = write(tmp_path / "test.annotated.json", slower_gemm_events())
+    out = cgfast("diff", base, test, "--efficiency", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    rows = by_value(json.loads(out.stdout)["throughput"])
+    assert set(rows) == {"m.a", "m.b"}  # m.c carries no counts
+    a, b = rows["m.a"], rows["m.b"]
+    assert math.isclose(a["base_tflops"], 494.7) and math.isclose(a["test_tflops"], 494.7 / 1.25)
+    assert math.isclose(a["tflops_change"], 1 / 1.25 - 1)
+    assert math.isclose(a["base_peak_fraction"], 0.5) and math.isclose(a["test_peak_fraction"], 0.4)
+    assert math.isclose(b["gbps_change"], 0.0, abs_tol=1e-12) and b["tflops_change"] is None
+    table = cgfast("diff", base, test, "--efficiency")
+    assert table.returncode == 0, table.stderr
+    assert "throughput of the kernels with FLOP or byte counts" in table.stdout
+    line = next(t for t in table.stdout.splitlines() if t.strip().startswith("m.a") and "-20.0%" in t)
+    assert "494.7" in line and "395.8" in line
+    lines = list(
+        csv.DictReader(io.StringIO(cgfast("diff", base, test, "--efficiency", "--format", "csv").stdout))
+    )
+    assert {row["value"] for row in lines} == {"m.a", "m.b"}
+
+
+def test_diff_without_efficiency_is_unchanged_and_without_counts_says_so(tmp_path):
+    base = write(tmp_path / "base.annotated.json", events())
+    test = write(tmp_path / "test.annotated.json", slower_gemm_events())
+    plain = cgfast("diff", base, test, "--format", "json")
+    assert "throughput" not in json.loads(plain.stdout)
+    assert "throughput" not in cgfast("diff", base, test).stdout
+    uncounted = write(tmp_path / "plain.annotated.json", events(counts=False))
+    out = cgfast("diff", base, uncounted, "--efficiency")
+    assert out.returncode == 0, out.stderr
+    assert "no value's kernels carry FLOP or byte counts on both sides" in out.stdout

@@ -38,6 +38,12 @@ class LaunchEachOp(TorchDispatchMode):
 
 
 def capture_model() -> FakeCUDAGraph:
+    # cgfast run's recording starts in the program's first torch.cuda.CUDAGraph
+    # capture_begin (torch's own then fails here, given no graph)
+    try:
+        torch.cuda.CUDAGraph.capture_begin(None)
+    except Exception:
+        pass
     driver = FakeGraphDriver()
     runtime.use_backend(driver.backend())
     patch_class(FakeCUDAGraph)

@@ -12,15 +12,32 @@ import subprocess
 import sys
 
 
+def begin_a_capture(torch) -> None:
+    """What the program's first ``torch.cuda.graph`` does: cgfast run's recording starts
+    in ``torch.cuda.CUDAGraph.capture_begin``, before torch's own (which, given no graph,
+    then fails, as it would on a machine without CUDA)."""
+    try:
+        torch.cuda.CUDAGraph.capture_begin(None)
+    except Exception:
+        pass
+
+
 def report(results: str, role: str) -> None:
-    import torch  # noqa: F401  (cgfast's recording starts when torch is imported)
+    import torch  # cgfast run waits for the first capture once torch is imported
     import torch.profiler.profiler as profiler
 
+    capture_begin = torch.cuda.CUDAGraph.__dict__["capture_begin"]
+    before_capture = {
+        "waiting_for_a_capture": capture_begin.__qualname__.startswith("_before_first_capture"),
+        "capture_layer_imported": "cgfast.capture" in sys.modules,
+    }
+    begin_a_capture(torch)
     from cgfast.capture._runtime import runtime
 
     state = {
         "role": role,
         "pid": os.getpid(),
+        "before_capture": before_capture,
         "recording": runtime.enabled,
         "modules_named": runtime.module_naming is not None,
         "exports_saved": getattr(profiler._KinetoProfile.export_chrome_trace, "_cgfast_run", False),

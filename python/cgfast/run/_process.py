@@ -58,25 +58,33 @@ class ProcessRecording:
         self._lock = threading.RLock()
         self._naming: Any = None
         self._recording: Any = None
+        # whether the capture layer is in use: from the first capture on (--profile: from
+        # torch's import)
+        self.capture_layer = False
 
     # -- set-up, as the program imports what it needs -------------------------------------
 
     def on_torch(self, torch: Any) -> None:
-        """torch is imported: record captures, name modules, save at each export."""
+        """torch is imported: save at each export, and record from the first capture on
+        (the capture layer is not imported before: a program that never captures does
+        not pay for it)."""
         try:
-            self._record_captures()
             _patch_trace_exports(self)
             if self.settings.profile is not None:
                 from cgfast.run._profile_window import ReplayWindow
 
+                self._record_captures()
                 self.window = ReplayWindow(self, self.settings.profile)
                 self.window.install()
+            elif self.settings.record:
+                _before_first_capture(torch, self._record_captures)
         except Exception as exc:
             warn("setting up recording", exc)
 
     def _record_captures(self) -> None:
         from cgfast import capture
 
+        self.capture_layer = True
         if not self.settings.record:
             return
         stacks, flops = self.settings.stacks, self.settings.flops
@@ -109,6 +117,8 @@ class ProcessRecording:
     def save(self) -> Optional[str]:
         """Write the annotation file (whole, atomically) if this process captured
         anything; its path, or ``None``."""
+        if not self.capture_layer:
+            return None
         from cgfast.capture._runtime import runtime
 
         with self._lock:
@@ -140,11 +150,35 @@ class ProcessRecording:
             self.annotation_file = None
         if self.window is not None:
             self.window.forget()
-        if "torch" in sys.modules:
+        if self.capture_layer:
             from cgfast import capture
 
             capture.clear_kernel_annotations()
         _finish_forked_child_at_exit(self)
+
+
+def _before_first_capture(torch: Any, start: Any) -> None:
+    """Call ``start()`` when the program first begins a capture through
+    ``torch.cuda.CUDAGraph`` (``torch.cuda.graph``, ``make_graphed_callables``,
+    Inductor's cudagraph trees), before the capture begins; torch's ``capture_begin`` is
+    put back first, so what ``start`` patches wraps torch's own."""
+    graph_class: Any = getattr(torch.cuda, "CUDAGraph", None)
+    original = getattr(graph_class, "__dict__", {}).get("capture_begin")
+    if original is None:
+        return
+    lock = threading.Lock()
+
+    def capture_begin(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with lock:
+            if graph_class.__dict__.get("capture_begin") is capture_begin:
+                graph_class.capture_begin = original
+                try:
+                    start()
+                except Exception as exc:
+                    warn("setting up recording", exc)
+        return graph_class.capture_begin(self, *args, **kwargs)
+
+    graph_class.capture_begin = capture_begin
 
 
 def _finish_forked_child_at_exit(recording: ProcessRecording) -> None:

@@ -3,14 +3,14 @@
 use std::path::PathBuf;
 
 use cgfast_core::{
-    check_chart, diff_files, find_traces, signed_pct, write_diff_chart, CancelToken, DiffOptions, Offender,
-    Wanted,
+    check_chart, diff_files, find_traces, signed_pct, summarize_files, throughput_changes, write_diff_chart,
+    CancelToken, Diff, DiffOptions, Hierarchy, Offender, PeakOverride, SummaryOptions, ThroughputChange, Wanted,
 };
 
 use crate::files_progress::Files;
 use crate::progress::LARGE_INPUT;
 use crate::reading_args::{tree, Reading, RollUp};
-use crate::{diff_table, Failure};
+use crate::{diff_table, diff_throughput, Failure};
 
 /// The exit status when `--fail-if-slower` trips.
 pub const SLOWER: i32 = 3;
@@ -134,6 +134,39 @@ pub struct Args {
     /// No paths compared as a hierarchy, no icicle.
     #[arg(long, conflicts_with = "hierarchy")]
     no_hierarchy: bool,
+    /// Also compare each value's achieved throughput where the kernels of both sides carry
+    /// FLOP or byte counts (args.flops, args.bytes, written at capture with flops=True):
+    /// TFLOP/s and GB/s per side and their change, and the share of the GPU's peak, as
+    /// summary --efficiency has them (a table after the diff's, the JSON report's
+    /// throughput member, or, with --format csv, CSV lines of these figures instead).
+    /// Reads each trace a second time.
+    #[arg(long)]
+    efficiency: bool,
+}
+
+/// Each side summarised by the diff's key and roll-up, their efficiency reports joined.
+fn throughput_of(
+    diff: &Diff,
+    sides: [&[PathBuf]; 2],
+    reading: &Reading,
+    cancel: &CancelToken,
+) -> Result<Vec<ThroughputChange>, Failure> {
+    let hierarchy = Hierarchy::new(&diff.by, diff.options.depth, diff.options.group_layers, Some(false));
+    let options = SummaryOptions { by: diff.by.clone(), steps: false, top: 0, hierarchy, default_key: None };
+    let mut reports = Vec::with_capacity(2);
+    for traces in sides {
+        let progress = Files::new("reading counts", traces, !reading.no_progress, LARGE_INPUT);
+        let (summary, mut failures) = summarize_files(traces, &options, reading.jobs(), &progress, cancel);
+        progress.clear();
+        if cancel.is_cancelled() {
+            return Err(cgfast_core::Error::Cancelled.into());
+        }
+        if !failures.is_empty() {
+            return Err(failures.remove(0).into());
+        }
+        reports.push(summary.efficiency(PeakOverride::default()));
+    }
+    Ok(throughput_changes(&reports[0], &reports[1]))
 }
 
 /// One line per offender of the gate.
@@ -187,14 +220,25 @@ pub fn run(args: Args, cancel: &CancelToken) -> Result<i32, Failure> {
     let result = diff_files(&base, &test, &options, args.reading.jobs(), &progress, cancel);
     progress.clear();
     let diff = result?;
+    let throughput = if args.efficiency {
+        Some(throughput_of(&diff, [&base, &test], &args.reading, cancel)?)
+    } else {
+        None
+    };
     // The chart first: a run that cannot write it prints nothing.
     if let Some(path) = &args.chart {
         write_diff_chart(path, &diff)?;
     }
-    match args.format {
-        Format::Table => diff_table::print_table(&diff, args.top, args.all),
-        Format::Csv => diff_table::print_csv(&diff),
-        Format::Json => diff_table::print_json(&diff),
+    match (args.format, &throughput) {
+        (Format::Table, _) => {
+            diff_table::print_table(&diff, args.top, args.all);
+            if let Some(changes) = &throughput {
+                diff_throughput::print_table(&diff.by, changes);
+            }
+        }
+        (Format::Csv, Some(changes)) => diff_throughput::print_csv(changes),
+        (Format::Csv, None) => diff_table::print_csv(&diff),
+        (Format::Json, _) => diff_table::print_json(&diff, throughput.as_deref().map(diff_throughput::to_json)),
     }
     if args.format != Format::Table {
         for note in diff.by_note.iter().chain(&diff.notes) {

@@ -332,8 +332,12 @@ pub fn print_csv(diff: &Diff) {
     }
 }
 
-pub fn print_json(diff: &Diff) {
-    let text = serde_json::to_string_pretty(&diff.to_json()).expect("JSON of a report");
+pub fn print_json(diff: &Diff, throughput: Option<serde_json::Value>) {
+    let mut report = diff.to_json();
+    if let Some(throughput) = throughput {
+        report["throughput"] = throughput;
+    }
+    let text = serde_json::to_string_pretty(&report).expect("JSON of a report");
     let _ = writeln!(std::io::stdout().lock(), "{text}");
 }
 

@@ -6,6 +6,7 @@ mod annotate;
 mod annotate_many;
 mod diff;
 mod diff_table;
+mod diff_throughput;
 mod files_progress;
 mod progress;
 mod reading_args;

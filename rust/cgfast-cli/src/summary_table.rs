@@ -7,7 +7,7 @@ use serde_json::Value as Json;
 
 use crate::annotate::thousands;
 
-const UNANNOTATED: &str = "(unannotated)";
+pub(crate) const UNANNOTATED: &str = "(unannotated)";
 
 /// `void ns::(anonymous namespace)::kernel<float, 4>(int, float*)` as `kernel`:
 /// enough to tell kernels apart in a column.
@@ -88,7 +88,7 @@ fn ms(us: f64) -> String {
     format!("{:.3}", us / 1000.0)
 }
 
-fn percent(fraction: f64) -> String {
+pub(crate) fn percent(fraction: f64) -> String {
     // + 0.0: never "-0.0%"
     format!("{:.1}%", fraction * 100.0 + 0.0)
 }
@@ -277,7 +277,7 @@ pub fn print_table(summary: &Summary, rows: &[Row], note: Option<&str>) {
 }
 
 /// `x` scaled by 10^-`power`, `digits` decimals; `-` where there is none.
-fn scaled(x: Option<f64>, power: i32, digits: usize) -> String {
+pub(crate) fn scaled(x: Option<f64>, power: i32, digits: usize) -> String {
     x.map_or("-".to_string(), |x| format!("{:.digits$}", x / 10f64.powi(power) + 0.0))
 }
 
@@ -385,7 +385,7 @@ fn csv_cell(column: &str, v: &Json) -> String {
     }
 }
 
-fn print_records(columns: &[&str], records: &[Json]) {
+pub(crate) fn print_records(columns: &[&str], records: &[Json]) {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let _ = writeln!(out, "{}", columns.join(","));

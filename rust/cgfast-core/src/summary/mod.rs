@@ -21,6 +21,7 @@ pub(crate) mod diff_chart;
 pub(crate) mod diff_json;
 pub(crate) mod diff_stats;
 pub(crate) mod efficiency;
+pub(crate) mod throughput_change;
 pub(crate) mod hierarchy;
 pub(crate) mod icicle;
 pub(crate) mod key;
