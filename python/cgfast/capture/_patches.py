@@ -267,7 +267,7 @@ def _sync_module_calls() -> None:
         # annotate_all_modules wraps them from the first capture on (programs that never
         # capture keep torch's own)
         naming = runtime.module_naming is not None
-        capturing = runtime.captures_in_progress > 0 or runtime.uncounted_capture
+        capturing = runtime.captures_in_progress > runtime.compiled_captures or runtime.uncounted_capture
         if not wrapped and (runtime.modules or (naming and capturing)):
             _wrap_module_calls()
         elif wrapped and not runtime.modules and not naming:

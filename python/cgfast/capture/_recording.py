@@ -76,6 +76,21 @@ class recording:
         return False
 
 
+class compiled_code_capture:
+    """The captures begun in the block run compiled code (Inductor's cudagraphs): no
+    module is called in them, so ``Module.__call__`` is not wrapped for them."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> compiled_code_capture:
+        runtime.compiled_captures += 1
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> Literal[False]:
+        runtime.compiled_captures -= 1
+        return False
+
+
 class graph:
     """``torch.cuda.graph(...)`` (same arguments) with annotations recorded for this
     capture: resolved and remapped when it ends, or at ``instantiate()`` for graphs

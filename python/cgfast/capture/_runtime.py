@@ -59,6 +59,7 @@ class CaptureRuntime:
         "backward_scopes",
         "backward_span",
         "captures_in_progress",
+        "compiled_captures",
         "count_mode",
         "count_requests",
         "enabled",
@@ -114,6 +115,10 @@ class CaptureRuntime:
         self.captures_in_progress = 0
         # A capture that began before the patches (its end is still seen by them).
         self.uncounted_capture = False
+        # Of the captures in progress, those of compiled code (Inductor's cudagraphs,
+        # which call no module): module calls are not wrapped for them, as wrapping
+        # torch's Module.__call__ after torch.compile traced it can make it recompile.
+        self.compiled_captures = 0
         self._count_lock = threading.Lock()
         # stream -> (graph, graph id) of streams seen capturing into a recorded top-level
         # graph since the last capture began or ended: later spans on them ask the driver

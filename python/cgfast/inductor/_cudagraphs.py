@@ -4,7 +4,9 @@ Cudagraph trees capture in ``CUDAGraphNode._record``; with
 ``triton.cudagraph_trees=False`` the capture is in ``compile_fx.cudagraphify_impl``.
 Both run under ``cgfast.capture.recording()``, which enables annotations for the
 capture, resolves its scopes at capture end and remaps them to the executable graph,
-keeping what earlier captures recorded. Warm-up runs are not captured and record
+keeping what earlier captures recorded; module calls are not wrapped for them (no
+module is called in compiled code, and replacing ``Module.__call__`` once Dynamo has
+traced it can make a compiled function recompile). Warm-up runs are not captured and record
 nothing.
 """
 
@@ -25,7 +27,9 @@ def _recording(original: Callable[..., Any]) -> Callable[..., Any]:
         capture = sys.modules.get("cgfast.capture")
         if capture is None:
             return original(*args, **kwargs)
-        with capture.recording():
+        from cgfast.capture._recording import compiled_code_capture
+
+        with capture.recording(), compiled_code_capture():
             return original(*args, **kwargs)
 
     setattr(recorded, _WRAPPED_MARK, True)
