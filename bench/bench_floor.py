@@ -16,6 +16,13 @@ Printed per shape: each case's median and fastest run and peak RSS, and the rati
 counts, cgfast's time over cp's: the median over the rounds of the ratio within a round
 (runs next to each other meet the same stretch of a machine whose speed drifts), with the
 sign test's 95% interval.
+
+``--phases`` says where each build's time goes instead: runs with ``CGFAST_TIMING=1``
+(the builds alternating) and the median of each phase's wall and CPU time, from the
+marks the run prints: reading and indexing the trace (``scanned``), the passes
+(``passes done``), writing the trace out with its edits (``copied``), the scope spans
+left to find, format and write, and the output's flush (``rewritten``), and the rest
+(committing the output, the report, the process's exit).
 """
 
 from __future__ import annotations
@@ -23,7 +30,9 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,6 +101,64 @@ def report(shape: str, trace: Path, results: dict[str, list[Usage]]) -> list[str
     return lines
 
 
+# (phase, the mark that ends it); the last phase ends with the process
+PHASES = [
+    ("read + index", "scanned"),
+    ("passes", "passes done"),
+    ("write the trace", "copied"),
+    ("spans + flush", "rewritten"),
+    ("commit + exit", None),
+]
+
+
+def phase_times(argv: list[str]) -> dict[str, tuple[float, float]]:
+    """(wall, CPU) seconds of each of `PHASES` in one run with ``CGFAST_TIMING=1``."""
+    env = dict(os.environ, CGFAST_TIMING="1")
+    usage_before, started = os.times(), time.perf_counter()
+    child = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
+    usage_after, wall = os.times(), time.perf_counter() - started
+    marks = {}
+    for line in child.stderr.splitlines():
+        # cgfast timing: WHAT at W s, C s of CPU, ...
+        if line.startswith("cgfast timing: "):
+            what, rest = line[len("cgfast timing: ") :].split(" at ", 1)
+            at, cpu = rest.split(" s, ", 1)
+            marks[what] = (float(at), float(cpu.split(" s of CPU", 1)[0]))
+    total_cpu = (usage_after.children_user + usage_after.children_system) - (
+        usage_before.children_user + usage_before.children_system
+    )
+    end = (wall, total_cpu)
+    times, previous = {}, (0.0, 0.0)
+    for phase, mark in PHASES:
+        here = marks[mark] if mark else end
+        times[phase] = (here[0] - previous[0], here[1] - previous[1])
+        previous = here
+    return times
+
+
+def phases(trace: Path, annotations: Path, builds: dict[str, str], runs: int) -> None:
+    out = trace.parent / "floor-out.json"
+    settle([trace, annotations])
+    results: dict[str, list[dict[str, tuple[float, float]]]] = {name: [] for name in builds}
+    names = list(builds)
+    for run in range(runs):
+        for name in names if run % 2 == 0 else names[::-1]:
+            out.unlink(missing_ok=True)
+            settle([])
+            argv = [builds[name], "annotate", str(trace), "-a", str(annotations), "-o", str(out)]
+            results[name].append(phase_times([*argv, "--no-progress"]))
+    out.unlink(missing_ok=True)
+    print(f"\n{trace} ({trace.stat().st_size / 1e6:.0f} MB): median of {runs} runs, wall / CPU seconds")
+    print(f"  {'phase':18}" + "".join(f"{name:>22}" for name in names))
+    for phase, _ in PHASES:
+        cells = []
+        for name in names:
+            wall = statistics.median(r[phase][0] for r in results[name])
+            cpu = statistics.median(r[phase][1] for r in results[name])
+            cells.append(f"{wall:.3f} / {cpu:.3f}")
+        print(f"  {phase:18}" + "".join(f"{cell:>22}" for cell in cells))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="200", help="trace sizes in MB of JSON (comma separated)")
@@ -101,6 +168,7 @@ def main() -> None:
         "--binary", help="the cgfast binary to time (default: target/release/cgfast, else on PATH)"
     )
     p.add_argument("--baseline", help="another cgfast binary, timed in the same rounds")
+    p.add_argument("--phases", action="store_true", help="where each build's time goes, instead of cp")
     a = p.parse_args()
     shapes = a.shapes.split(",")
     unknown = [s for s in shapes if s not in SHAPES]
@@ -113,7 +181,12 @@ def main() -> None:
     for size in (int(s) for s in a.sizes.split(",")):
         for shape in shapes:
             trace, annotations = dataset(shape, size)
-            summary += report(shape, trace, compare(trace, annotations, builds, a.runs))
+            if a.phases:
+                phases(trace, annotations, builds, a.runs)
+            else:
+                summary += report(shape, trace, compare(trace, annotations, builds, a.runs))
+    if a.phases:
+        return
     print("\nmedian over rounds of the time over cp's [sign test's 95% interval]:")
     for line in summary:
         print(f"  {line}")
