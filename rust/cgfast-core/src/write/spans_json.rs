@@ -51,8 +51,9 @@ impl SpansJson {
 
     fn write_span(&self, span: &Span, place: &str, out: &mut Vec<u8>) {
         let head = &self.heads[span.name as usize];
-        // room for all of it at once: two times of at most 40 characters each
-        out.reserve(head.len() + place.len() + 2 * 40 + DUR.len() + self.tail.len());
+        // room for all of it at once: two times of at most 41 characters each (a sign,
+        // 36 digits and three decimals)
+        out.reserve(head.len() + place.len() + 2 * 41 + DUR.len() + self.tail.len());
         out.extend_from_slice(head.as_bytes());
         out.extend_from_slice(place.as_bytes());
         push_micros(out, self.spans.base + span.start as i128, span.integer);
