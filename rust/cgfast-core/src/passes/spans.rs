@@ -17,8 +17,6 @@
 //! the lane's skew before one listed earlier, so only the events of a skew's time are
 //! held.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use rustc_hash::FxHashMap as HashMap;
@@ -207,6 +205,18 @@ impl<'a, F: Fn(NodeId) -> Option<&'a str>> Places<'a, F> {
         Some(Placed { lane, event: i as u32, chain, integer, start, end })
     }
 
+    /// The lane of an event that a walk placed, as [`Places::place`] found it.
+    fn walked_lane(&self, e: &Tracked) -> Option<u32> {
+        if !is_lane_candidate(e, false, OddEvents::Skip) {
+            return None;
+        }
+        let place = (e.pid, e.current_tid());
+        match self.last_lane {
+            Some((last, lane)) if last == place => Some(lane),
+            _ => self.lane_ids.get(&place).copied(),
+        }
+    }
+
     /// The chain of a node's value (`NONE`: it has none).
     fn chain(&mut self, node: NodeId) -> u32 {
         let Some(value) = (self.value_of)(node) else { return NONE };
@@ -239,7 +249,7 @@ pub(crate) struct SpanFinder<'i, 'a, F> {
 enum Walk {
     First,
     /// Walking again the lanes whose events came out of start order.
-    Again(Vec<BinaryHeap<Reverse<Held>>>),
+    Again(Vec<HeldBack>),
     Done,
 }
 
@@ -295,13 +305,11 @@ impl<'i, 'a, F: Fn(NodeId) -> Option<&'a str>> SpanFinder<'i, 'a, F> {
                 for lane in self.lanes.iter_mut().filter(|lane| lane.skew.is_some()) {
                     lane.latest = i64::MIN;
                 }
-                Walk::Again(self.lanes.iter().map(|_| BinaryHeap::new()).collect())
+                Walk::Again(self.lanes.iter().map(|_| HeldBack::default()).collect())
             }
             Walk::Again(held) => {
                 for (lane, mut held) in self.lanes.iter_mut().zip(held) {
-                    while let Some(Reverse(h)) = held.pop() {
-                        lane.push(h.placed, h.replay, &self.places.chains);
-                    }
+                    held.release(i64::MAX, lane, &self.places.chains);
                 }
                 Walk::Done
             }
@@ -348,20 +356,21 @@ fn first<'a, F: Fn(NodeId) -> Option<&'a str>>(
 fn again<'a, F: Fn(NodeId) -> Option<&'a str>>(
     places: &mut Places<'a, F>,
     lanes: &mut [LaneSpans],
-    held: &mut [BinaryHeap<Reverse<Held>>],
+    held: &mut [HeldBack],
     i: usize,
     e: &Tracked,
 ) {
+    // the lanes walked again are known: the others' events need not be placed again
+    if places.walked_lane(e).is_none_or(|lane| lanes[lane as usize].skew.is_none()) {
+        return;
+    }
     let Some(p) = places.place(i, e) else { return };
     let (lane, held) = (&mut lanes[p.lane as usize], &mut held[p.lane as usize]);
     let Some(skew) = lane.skew else { return };
     lane.latest = lane.latest.max(p.start);
-    held.push(Reverse(Held { start: p.start, placed: p, replay: e.correlation() }));
-    let bound = lane.latest.saturating_sub(skew);
-    while let Some(Reverse(first)) = held.peek().filter(|Reverse(h)| h.start <= bound) {
-        let (p, replay) = (first.placed, first.replay);
-        held.pop();
-        lane.push(p, replay, &places.chains);
+    held.hold(p, e.correlation());
+    if held.due() {
+        held.release(lane.latest.saturating_sub(skew), lane, &places.chains);
     }
 }
 
@@ -401,36 +410,40 @@ struct LaneSpans {
     skew: Option<i64>,
 }
 
-/// An event held back on a lane walked again, until none to come can start before it.
-struct Held {
-    start: i64,
-    placed: Placed,
-    replay: Option<i64>,
+/// The events of a lane walked again that are held back until none to come can start
+/// before them. They are released in batches, sorted: events that come nearly in start
+/// order sort at little more than the cost of a pass over them, which is cheaper than
+/// keeping them in a heap one by one.
+#[derive(Default)]
+struct HeldBack {
+    events: Vec<(Placed, Option<i64>)>,
+    /// How many were left held by the last release.
+    kept: usize,
 }
 
-impl Held {
-    fn key(&self) -> (i64, u32) {
-        (self.start, self.placed.event)
+/// Events held before a release is worth a sort, at the least.
+const RELEASE_EVERY: usize = 256;
+
+impl HeldBack {
+    fn hold(&mut self, p: Placed, replay: Option<i64>) {
+        self.events.push((p, replay));
     }
-}
 
-impl PartialEq for Held {
-    fn eq(&self, other: &Held) -> bool {
-        self.key() == other.key()
+    /// Whether enough came since the last release (as many again as it kept, so that
+    /// each event is sorted a few times at most, and memory stays within twice what a
+    /// skew's time holds).
+    fn due(&self) -> bool {
+        self.events.len() >= self.kept * 2 + RELEASE_EVERY
     }
-}
 
-impl Eq for Held {}
-
-impl PartialOrd for Held {
-    fn partial_cmp(&self, other: &Held) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Held {
-    fn cmp(&self, other: &Held) -> std::cmp::Ordering {
-        self.key().cmp(&other.key())
+    /// Push the events that start by `bound` onto `lane`, in start order.
+    fn release(&mut self, bound: i64, lane: &mut LaneSpans, chains: &[Vec<u32>]) {
+        self.events.sort_unstable_by_key(|(p, _)| (p.start, p.event));
+        let due = self.events.partition_point(|(p, _)| p.start <= bound);
+        for (p, replay) in self.events.drain(..due) {
+            lane.push(p, replay, chains);
+        }
+        self.kept = self.events.len();
     }
 }
 
