@@ -159,3 +159,18 @@ def test_nothing_is_recorded_after_remove(fake):
     g, launcher = capture_call(fake, model, lambda: model(torch.randn(2, 4)))
     assert all(v is None for v in recorded(g, launcher.expected).values())
     assert not _patches._applied(_patches.MODULE_CALLS)
+
+
+def test_captures_of_compiled_code_leave_module_calls_alone(fake, naming):
+    """Inductor's cudagraphs (``compiled_code_capture``) call no module: Module.__call__
+    stays torch's through them, as replacing it once Dynamo traced it can recompile;
+    an eager capture after them wraps it."""
+    from cgfast.capture._recording import compiled_code_capture
+
+    with compiled_code_capture(), capturing(FakeCUDAGraph(fake)):
+        assert torch.nn.Module.__dict__["__call__"] is not module_call
+    model = torch.nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+    g, launcher = capture_call(fake, model, lambda: model(x))
+    assert torch.nn.Module.__dict__["__call__"] is module_call
+    assert recorded(g, launcher.expected) == launcher.expected
