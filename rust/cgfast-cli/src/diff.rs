@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use cgfast_core::{
     check_chart, diff_files, find_traces, signed_pct, summarize_files, throughput_changes, write_diff_chart,
-    CancelToken, Diff, DiffOptions, Hierarchy, Offender, PeakOverride, SummaryOptions, ThroughputChange, Wanted,
+    CancelToken, Diff, DiffOptions, Hierarchy, Offender, PeakOverride, SummaryOptions, ThroughputChange,
+    Wanted,
 };
 
 use crate::files_progress::Files;
@@ -238,7 +239,9 @@ pub fn run(args: Args, cancel: &CancelToken) -> Result<i32, Failure> {
         }
         (Format::Csv, Some(changes)) => diff_throughput::print_csv(changes),
         (Format::Csv, None) => diff_table::print_csv(&diff),
-        (Format::Json, _) => diff_table::print_json(&diff, throughput.as_deref().map(diff_throughput::to_json)),
+        (Format::Json, _) => {
+            diff_table::print_json(&diff, throughput.as_deref().map(diff_throughput::to_json))
+        }
     }
     if args.format != Format::Table {
         for note in diff.by_note.iter().chain(&diff.notes) {

@@ -66,10 +66,10 @@ pub use summary::diff::{
 pub use summary::diff_chart::{signed_pct, write as write_diff_chart};
 pub use summary::diff_stats::{Shift, CONFIDENCE as DIFF_CONFIDENCE};
 pub use summary::efficiency::{CountTotals, Efficiency, EfficiencyRow, PeakOverride};
-pub use summary::throughput_change::{throughput_changes, ThroughputChange};
 pub use summary::hierarchy::{Hierarchy, MODULE_KEY};
 pub use summary::key::{fallback_note as default_key_note, label as key_label, DefaultKey, KERNEL_KEY};
 pub use summary::peaks::DtypeClass;
+pub use summary::throughput_change::{throughput_changes, ThroughputChange};
 pub use summary::time::Spread;
 pub use summary::{
     summarize_file, summarize_files, NameTotals, Replay, ReplayValue, Row, Summary, SummaryOptions, Totals,

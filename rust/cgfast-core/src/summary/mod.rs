@@ -21,13 +21,13 @@ pub(crate) mod diff_chart;
 pub(crate) mod diff_json;
 pub(crate) mod diff_stats;
 pub(crate) mod efficiency;
-pub(crate) mod throughput_change;
 pub(crate) mod hierarchy;
 pub(crate) mod icicle;
 pub(crate) mod key;
 pub(crate) mod peaks;
 pub(crate) mod read;
 pub(crate) mod roofline;
+pub(crate) mod throughput_change;
 pub(crate) mod time;
 
 use std::path::{Path, PathBuf};

@@ -109,7 +109,14 @@ mod tests {
         let mut events = Vec::new();
         for (corr, at) in [(1, 0), (2, 10_000)] {
             events.push(kernel(at, gemm_us, "gemm", 1, corr, r#""module": "a", "flops": "50000000000""#));
-            events.push(kernel(at + gemm_us, copy_us, "copy", 2, corr, r#""module": "b", "bytes": "100000000""#));
+            events.push(kernel(
+                at + gemm_us,
+                copy_us,
+                "copy",
+                2,
+                corr,
+                r#""module": "b", "bytes": "100000000""#,
+            ));
             events.push(kernel(at + gemm_us + copy_us, 10, "other", 3, corr, r#""module": "c""#));
         }
         format!(
