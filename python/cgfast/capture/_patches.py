@@ -296,36 +296,30 @@ def _wrap_module_calls() -> None:
 
 
 def _sync_stack_mode() -> None:
-    """Push the dispatch mode when a capture begins (stacks asked for), pop it when the
-    last capture ends."""
-    want = runtime.wants_stack_mode()
-    if want and runtime.stack_mode is None:
-        from torch.utils._python_dispatch import _push_mode
-
-        mode = launch_stacks_mode()()
-        _push_mode(mode)
-        runtime.stack_mode = mode
-    elif runtime.stack_mode is not None and not want:
-        from torch.utils._python_dispatch import _get_current_dispatch_mode, _pop_mode
-
-        if _get_current_dispatch_mode() is runtime.stack_mode:
-            _pop_mode()
-        runtime.stack_mode = None
+    """Push the launch-stack dispatch mode when a capture begins (stacks asked for), pop
+    it when the last capture ends."""
+    _sync_mode("stack_mode", runtime.wants_stack_mode(), launch_stacks_mode)
 
 
 def _sync_count_mode() -> None:
     """Push the op-count dispatch mode when a capture begins (counts asked for), pop it
     when the last capture ends."""
-    want = runtime.wants_count_mode()
-    if want and runtime.count_mode is None:
+    _sync_mode("count_mode", runtime.wants_count_mode(), op_counts_mode)
+
+
+def _sync_mode(slot: str, want: bool, mode_class: Any) -> None:
+    """Push a ``mode_class()`` kept in ``runtime.<slot>`` when ``want`` and none is
+    pushed; pop it (if still on top) when not ``want``."""
+    pushed = getattr(runtime, slot)
+    if want and pushed is None:
         from torch.utils._python_dispatch import _push_mode
 
-        mode = op_counts_mode()()
+        mode = mode_class()()
         _push_mode(mode)
-        runtime.count_mode = mode
-    elif runtime.count_mode is not None and not want:
+        setattr(runtime, slot, mode)
+    elif pushed is not None and not want:
         from torch.utils._python_dispatch import _get_current_dispatch_mode, _pop_mode
 
-        if _get_current_dispatch_mode() is runtime.count_mode:
+        if _get_current_dispatch_mode() is pushed:
             _pop_mode()
-        runtime.count_mode = None
+        setattr(runtime, slot, None)
