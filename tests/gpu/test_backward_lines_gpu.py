@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import statistics
 import time
 
@@ -22,16 +21,13 @@ torch = pytest.importorskip("torch")
 timm = pytest.importorskip("timm")
 pytest.importorskip("cuda.bindings.runtime")
 
-import cgfast  # noqa: E402
 from cgfast import capture  # noqa: E402
+from test_backward_launch_lines import forward_line  # noqa: E402
 from test_capture_gpu import ANNOTATABLE, MASK, Truth  # noqa: E402
-from test_modules_gpu import snapshot_nodes, spy_capture_end  # noqa: E402
+from test_modules_gpu import snapshot_nodes, spy_capture_end, tiny_llama  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("fresh_registry")
 
-TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-CGFAST_DIR = os.path.dirname(cgfast.__file__) + os.sep
-FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)')
 FIGURES = {}
 
 
@@ -40,12 +36,14 @@ def truth() -> Truth:
     return Truth()
 
 
-def forward_line(node):
-    for entry in reversed(node.metadata.get("traceback_") or ()):
-        match = FRAME.search(entry)
-        if match and not match["file"].startswith((TORCH_DIR, CGFAST_DIR, "<")):
-            return f"{match['file']}:{match['line']}:{match['function']}"
-    return None
+def warm_up(step) -> None:
+    """Two training steps on a side stream, as before a capture."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
 
 
 class NodeStarts:
@@ -76,12 +74,7 @@ def capture_step(truth, monkeypatch, model, loss_of, inputs):
     """Warm up, then capture forward + loss + backward into one graph under
     annotate_modules(stacks=True) and anomaly mode; returns exec key -> expected line of
     each backward kernel (``None``: anomaly mode kept none), and the capture's wall ms."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            loss_of(model, inputs).backward()
-    torch.cuda.current_stream().wait_stream(side)
+    warm_up(lambda: loss_of(model, inputs).backward())
     starts = NodeStarts(truth)
     snapshots = []
     spy_capture_end(monkeypatch, truth, lambda _g, graph: snapshots.append(snapshot_nodes(truth, graph)))
@@ -145,18 +138,7 @@ def test_timm_resnet18_training_step(truth, monkeypatch):
 
 
 def test_hugging_face_llama_training_step(truth, monkeypatch):
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    model = transformers.LlamaForCausalLM(config).cuda().train()
+    model = tiny_llama().train()
     ids = torch.randint(0, 256, (2, 16), device="cuda")
 
     def loss_of(m, ids):
@@ -173,12 +155,7 @@ def test_capture_cost_with_backward_lines():
     stacks=True (launch lines, backward ones included); median of 11, interleaved."""
     model = timm.create_model("resnet18", pretrained=False, num_classes=10).train().cuda()
     x = torch.randn(8, 3, 64, 64, device="cuda")
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            model(x).sum().backward()
-    torch.cuda.current_stream().wait_stream(side)
+    warm_up(lambda: model(x).sum().backward())
     ways = {
         "plain": lambda: None,
         "annotate_modules": lambda: capture.annotate_modules(model),

@@ -27,6 +27,7 @@ transformers = pytest.importorskip("transformers")
 import cgfast  # noqa: E402
 from cgfast import capture  # noqa: E402
 from test_capture_flops import flop_counter_by_module, flops_by_module  # noqa: E402
+from test_modules_gpu import warm_up  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("fresh_registry")
 FIGURES = {}
@@ -42,12 +43,7 @@ def write_figures():
 
 
 def capture_forward(model, x, **handle):
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side), torch.no_grad():
-        for _ in range(2):
-            model(x)
-    torch.cuda.current_stream().wait_stream(side)
+    warm_up(model, x)
     g = torch.cuda.CUDAGraph()
     with capture.annotate_modules(model, flops=True, **handle), torch.no_grad(), torch.cuda.graph(g):
         model(x)

@@ -203,9 +203,8 @@ def test_torch_cuda_graph_every_kernel_gets_its_module(truth, name, monkeypatch)
     write_figures()
 
 
-def test_hugging_face_llama_every_kernel_gets_its_module(truth, monkeypatch):
-    """A Hugging Face decoder (random weights) captured eagerly: decorated forwards, the
-    attention function called with its module, rotary embeddings, cuBLAS and SDPA."""
+def tiny_llama():
+    """A Hugging Face Llama of 2 layers (random weights, vocabulary 256) on the GPU."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
@@ -217,7 +216,13 @@ def test_hugging_face_llama_every_kernel_gets_its_module(truth, monkeypatch):
         num_key_value_heads=2,
         max_position_embeddings=64,
     )
-    model = transformers.LlamaForCausalLM(config).cuda().eval()
+    return transformers.LlamaForCausalLM(config).cuda()
+
+
+def test_hugging_face_llama_every_kernel_gets_its_module(truth, monkeypatch):
+    """A Hugging Face decoder (random weights) captured eagerly: decorated forwards, the
+    attention function called with its module, rotary embeddings, cuBLAS and SDPA."""
+    model = tiny_llama().eval()
     ids = torch.randint(0, 256, (2, 16), device="cuda")
 
     def step(ids):
