@@ -16,7 +16,9 @@ remapping), medians of ``--repeat`` x 10 captures.
 With a GPU also, side by side in one run: capture time of ``torch.cuda.graph`` around one
 forward (batch 8, ``torch.no_grad``) plain, with ``annotate_modules`` (without and
 with ``stacks=True``, and with ``flops=True``), with ``annotate_all_modules`` (what ``cgfast run`` opens), and with a
-``mark_kernels`` scope per module (what hand-written hooks cost before), median of
+``mark_kernels`` scope per module (what hand-written hooks cost before), and with a
+torch dispatch mode and a torch function mode that only call each op (what a mode alone
+costs: the floor of ``stacks=True``, which records lines from a dispatch mode), median of
 ``--repeat`` captures each, interleaved; then each model's ratio to a plain capture
 against the target (annotate_modules at most 1.5x plain).
 With ``--profile DIR`` also where an annotated capture's extra time goes: cgfast's parts
@@ -227,6 +229,38 @@ class ScopePerModule:
         capture.disable_annotations()
 
 
+class NoopMode:
+    """A torch dispatch or function mode that only calls what it sees, active until
+    ``remove()``: the cost of the mode itself, which every op pays."""
+
+    def __init__(self, mode) -> None:
+        self._mode = mode
+        mode.__enter__()
+
+    def remove(self) -> None:
+        self._mode.__exit__(None, None, None)
+
+    @classmethod
+    def dispatch(cls) -> NoopMode:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Dispatch(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                return func(*args, **(kwargs or {}))
+
+        return cls(Dispatch())
+
+    @classmethod
+    def function(cls) -> NoopMode:
+        from torch.overrides import TorchFunctionMode
+
+        class Function(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                return func(*args, **(kwargs or {}))
+
+        return cls(Function())
+
+
 def capture_ms(model, x) -> float:
     g = torch.cuda.CUDAGraph()
     torch.cuda.synchronize()
@@ -252,6 +286,10 @@ def capture_figures(model, x, repeat: int) -> dict:
         "annotate_modules": lambda: capture.annotate_modules(model),
         "annotate_modules_stacks": lambda: capture.annotate_modules(model, stacks=True),
         "scope_per_module": lambda: ScopePerModule(model),
+        # the floor of stacks=True: a dispatch mode that does nothing but call each op
+        "noop_dispatch_mode": NoopMode.dispatch,
+        # and of a torch function mode (what a launch line at the Python API would cost)
+        "noop_function_mode": NoopMode.function,
     }
     if hasattr(capture, "annotate_all_modules"):  # builds before cgfast run have none
         # a new handle each time: every capture pays for naming the model (cgfast run's
@@ -275,6 +313,8 @@ def capture_figures(model, x, repeat: int) -> dict:
         "annotate_modules_ratio": medians["annotate_modules"] / medians["plain"],
         "scope_per_module_ratio": medians["scope_per_module"] / medians["plain"],
         "annotate_modules_stacks_ratio": medians["annotate_modules_stacks"] / medians["plain"],
+        "noop_dispatch_mode_ratio": medians["noop_dispatch_mode"] / medians["plain"],
+        "noop_function_mode_ratio": medians["noop_function_mode"] / medians["plain"],
         **(
             {"annotate_all_modules_ratio": medians["annotate_all_modules"] / medians["plain"]}
             if "annotate_all_modules" in medians

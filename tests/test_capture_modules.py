@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 
 import pytest
 
@@ -538,6 +539,63 @@ def test_stacks_name_the_line_that_launched_each_node(fake):
     b = f"{__file__}:{line_of('LINE-B')}:forward"
     assert set(innermost) == {a, b}
     assert innermost[b] == {"aten.relu.default"}
+
+
+class Nested(torch.nn.Module):
+    """``depth`` levels, each a module whose forward launches, descends through a helper
+    of this file and launches again: two user frames a level."""
+
+    def __init__(self, depth):
+        super().__init__()
+        self.inner = Nested(depth - 1) if depth > 1 else None
+
+    def forward(self, x):
+        x = x + 1
+        if self.inner is not None:
+            x = descend(self.inner, x)
+        return x * 2
+
+
+def descend(module, x):
+    return module(x)
+
+
+class FullWalk(LaunchEachOp):
+    """Also remembers, for each node, the user frames of a walk over every frame at its
+    launch (this one's own and the stack recorder's left out)."""
+
+    def __init__(self, driver, model):
+        super().__init__(driver, model)
+        self.walked = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        node = self.driver.launch(str(func))
+        frames = [
+            f"{frame.filename}:{frame.lineno}:{frame.name}"
+            for frame in reversed(traceback.extract_stack(sys._getframe(1)))
+            if not frame.filename.startswith("<frozen")
+            and "/torch/" not in frame.filename
+            and "/cgfast/" not in frame.filename
+        ]
+        self.walked[node] = frames[:64]
+        return out
+
+
+def test_stacks_of_deep_module_trees_are_those_of_a_walk_over_every_frame(fake):
+    # 40 levels: about 200 frames and 80 user frames at the innermost op (64 are kept)
+    model = Nested(40)
+    launcher = FullWalk(fake, model)
+    g = FakeCUDAGraph(fake)
+    x = torch.zeros(2)
+    with capture.annotate_modules(model, stacks=True), torch.no_grad(), launcher, capturing(g):
+        model(x)
+    stacks = capture.get_kernel_stacks()
+    assert len(launcher.walked) == 80
+    for node, walked in launcher.walked.items():
+        assert stacks[g.graph_exec.id << 32 | node.local_id] == walked
+    assert max(len(walked) for walked in launcher.walked.values()) == 64
+    assert runtime.stack_outer_frames == {}
 
 
 def test_stacks_are_off_by_default_and_the_filter_is_configurable(fake, tmp_path):

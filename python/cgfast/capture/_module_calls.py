@@ -17,11 +17,13 @@ children, user scopes), so that those still win on common keys.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, List, Optional, Tuple
 
 from cgfast.capture._backward import claim_backward
 from cgfast.capture._runtime import never_raises, runtime
 from cgfast.capture._spans import begin_span
+from cgfast.capture._stacks import enter_module_call, exit_module_call
 
 
 def open_frames() -> List[list]:
@@ -90,10 +92,13 @@ def module_call(self, *args, **kwargs):
         sequence = None
     frame = [self, graph, graph_id, first, None]
     frames.append(frame)
+    stacks_key = enter_module_call(sys._getframe()) if state.stack_requests else None
     output = None
     try:
         output = call(self, *args, **kwargs)
     finally:  # also when the forward raises, as torch's always_call hooks
+        if stacks_key is not None:
+            exit_module_call(stacks_key)
         _module_exit(frames, frame, backend, output, entry[1], sequence, backward)
     return output
 

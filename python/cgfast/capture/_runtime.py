@@ -79,6 +79,7 @@ class CaptureRuntime:
         "replay_window",
         "stack_filters",
         "stack_mode",
+        "stack_outer_frames",
         "stack_requests",
         "stream_graphs",
         "uncounted_capture",
@@ -158,6 +159,11 @@ class CaptureRuntime:
         self.stack_requests: List[Tuple[Any, Optional[Tuple[str, ...]]]] = []  # (owner, filter paths)
         # filter paths (None: torch's defaults) -> (directory prefixes, file name -> filtered?)
         self.stack_filters: Dict[Optional[Tuple[str, ...]], Tuple[Tuple[str, ...], Dict[str, bool]]] = {}
+        # id of the Python frame of a module call under way that records (``module_call``)
+        # -> the user frames from it outward, as (distance from it, "file:line:function"),
+        # once an op inside needed them (None before): its callers' lines cannot change
+        # while it runs, so every op inside walks only up to it
+        self.stack_outer_frames: Dict[int, Optional[List[Tuple[int, str]]]] = {}
         # autograd sequence number -> the frames of the forward op that made the node,
         # for the backward nodes' launch frames; kept while stacks are asked for
         self.forward_stacks: Dict[int, Tuple[str, ...]] = {}
@@ -393,12 +399,14 @@ class CaptureRuntime:
     def request_stacks(self, owner: Any, filter_paths: Optional[Tuple[str, ...]]) -> None:
         """Record stacks while ``owner`` holds a request (the latest request's filter wins)."""
         self.stack_requests.append((owner, filter_paths))
+        self.stack_outer_frames.clear()  # noted under the filter this request may replace
 
     def release_stacks(self, owner: Any) -> None:
         for index, (holder, _) in enumerate(self.stack_requests):
             if holder is owner:
                 del self.stack_requests[index]
                 break
+        self.stack_outer_frames.clear()
         if not self.stack_requests:
             self.forward_stacks = {}
             self.leaf_stacks = {}

@@ -33,6 +33,7 @@ from cgfast.capture._runtime import never_raises, runtime
 from cgfast.capture._spans import begin_span
 
 MAX_FRAMES = 64
+SCANNED_FRAMES = 256
 _OWN_ROOT = os.path.normcase(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
@@ -84,26 +85,86 @@ def _filter_roots(paths: Optional[Tuple[str, ...]]) -> Tuple[str, ...]:
 
 
 def user_frames(skip: int = 1) -> Tuple[str, ...]:
-    """``file:line:function`` of the caller's user frames, innermost first."""
+    """``file:line:function`` of the caller's user frames, innermost first: at most
+    ``MAX_FRAMES`` of its ``SCANNED_FRAMES`` innermost frames. The walk stops at the
+    frame of a recording module call (``enter_module_call``), whose outer frames are known."""
     roots, noise_of = _filter()
+    outer_frames = runtime.stack_outer_frames
     frames: List[str] = []
     frame: Optional[FrameType] = sys._getframe(skip)
     try:
-        for _ in range(256):
+        for index in range(SCANNED_FRAMES):
             if frame is None or len(frames) == MAX_FRAMES:
                 break
             code = frame.f_code
             filename = code.co_filename
             noise = noise_of.get(filename)
             if noise is None:
-                path = filename if filename.startswith("<") else os.path.normcase(os.path.abspath(filename))
-                noise = noise_of[filename] = path.startswith(roots)
+                noise = noise_of[filename] = _is_noise(filename, roots)
             if not noise:
                 frames.append(f"{filename}:{frame.f_lineno}:{code.co_name}")
+            elif outer_frames:
+                outer = outer_frames.get(id(frame))
+                if outer is not None:
+                    _extend(frames, outer, index)
+                    break
             frame = frame.f_back
     finally:
         del frame
     return tuple(frames)
+
+
+def enter_module_call(call_frame: FrameType) -> int:
+    """Note the user frames outside ``call_frame``, a module call that records, for the
+    walks of the ops inside it (the lines of its callers cannot change while it runs);
+    returns the key to give ``exit_module_call``."""
+    roots, noise_of = _filter()
+    outer_frames = runtime.stack_outer_frames
+    outer: List[Tuple[int, str]] = []
+    frame: Optional[FrameType] = call_frame.f_back
+    try:
+        for distance in range(1, SCANNED_FRAMES):
+            if frame is None or len(outer) == MAX_FRAMES:
+                break
+            code = frame.f_code
+            filename = code.co_filename
+            noise = noise_of.get(filename)
+            if noise is None:
+                noise = noise_of[filename] = _is_noise(filename, roots)
+            if not noise:
+                outer.append((distance, f"{filename}:{frame.f_lineno}:{code.co_name}"))
+            elif outer_frames:
+                enclosing = outer_frames.get(id(frame))
+                if enclosing is not None:
+                    for further, line in enclosing:
+                        if distance + further >= SCANNED_FRAMES or len(outer) == MAX_FRAMES:
+                            break
+                        outer.append((distance + further, line))
+                    break
+            frame = frame.f_back
+    finally:
+        del frame
+    key = id(call_frame)
+    outer_frames[key] = outer
+    return key
+
+
+def exit_module_call(key: int) -> None:
+    runtime.stack_outer_frames.pop(key, None)
+
+
+def _extend(frames: List[str], outer: List[Tuple[int, str]], index: int) -> None:
+    """``frames`` (of the walk's first ``index`` frames) and the ``outer`` user frames of
+    the module call found at ``index``, as one walk over every frame would have them."""
+    for distance, line in outer:
+        if index + distance >= SCANNED_FRAMES or len(frames) == MAX_FRAMES:
+            break
+        frames.append(line)
+
+
+def _is_noise(filename: str, roots: Tuple[str, ...]) -> bool:
+    path = filename if filename.startswith("<") else os.path.normcase(os.path.abspath(filename))
+    return path.startswith(roots)
 
 
 _begin_op = never_raises("reading the capture graph at an op")(begin_span)
