@@ -148,9 +148,9 @@ class _StandInGraph:
 
 def stand_in_capture_us(repeat: int) -> dict:
     """Inside a capture on the stand-in driver: what an active handle adds per module call
-    (200 ``nn.ReLU`` in a ``Sequential``, a 1-element input), and what the end of an
-    annotated capture costs; medians of ``repeat`` x 10 captures, plain and annotated
-    alternating."""
+    (200 ``nn.ReLU`` in a ``Sequential``, a 1-element input: one op a module), without and
+    with ``stacks=True``, and what the end of an annotated capture costs; medians of
+    ``repeat`` x 10 captures, plain, annotated and with stacks alternating."""
     model = torch.nn.Sequential(*[torch.nn.ReLU() for _ in range(200)])
     x = torch.zeros(1)
     calls = 201
@@ -162,12 +162,16 @@ def stand_in_capture_us(repeat: int) -> dict:
             Backend(LibcudaGraphs(lib), CuptiIdSource(library), _StandInGraph.streams, "stand-in")
         )
         patch_class(_StandInGraph)
-        forward = {"plain": [], "annotated": []}
+        forward = {"plain": [], "annotated": [], "stacks": []}
         end_us = []
         try:
             for _ in range(repeat * 10):
-                for variant in ("plain", "annotated"):
-                    handle = capture.annotate_modules(model) if variant == "annotated" else None
+                for variant in forward:
+                    handle = (
+                        capture.annotate_modules(model, stacks=variant == "stacks")
+                        if variant != "plain"
+                        else None
+                    )
                     graph = _StandInGraph()
                     with torch.no_grad():
                         graph.capture_begin()
@@ -176,10 +180,11 @@ def stand_in_capture_us(repeat: int) -> dict:
                         forward[variant].append(time.perf_counter() - start)
                         start = time.perf_counter()
                         graph.capture_end()
-                        if handle is not None:
+                        if variant == "annotated":
                             end_us.append((time.perf_counter() - start) * 1e6)
-                    if handle is not None:
+                    if variant == "annotated":
                         annotated = len(capture.get_kernel_annotations())
+                    if handle is not None:
                         handle.remove()
                     capture.clear_kernel_annotations()
         finally:
@@ -189,10 +194,13 @@ def stand_in_capture_us(repeat: int) -> dict:
         raise SystemExit(f"the stand-in capture annotated {annotated} nodes, not {2 * calls - 1}")
     plain = statistics.median(forward["plain"]) * 1e6 / calls
     within = statistics.median(forward["annotated"]) * 1e6 / calls
+    stacks = statistics.median(forward["stacks"]) * 1e6 / calls
     return {
         "plain": plain,
         "annotated": within,
         "added": within - plain,
+        "stacks": stacks,
+        "stacks_added": stacks - plain,
         "capture_end": statistics.median(end_us),
     }
 
