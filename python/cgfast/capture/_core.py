@@ -16,7 +16,7 @@ import logging
 import threading
 import warnings
 from types import MappingProxyType
-from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, NamedTuple, Optional, Set, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, NamedTuple, Optional, Set, Tuple, Union
 
 from cgfast.capture._interface import (
     ANNOTATABLE_KINDS,
@@ -111,7 +111,7 @@ class Recorder:
         self._annotations: Dict[int, List[Annotation]] = {}
         self.annotations: Mapping[int, List[Annotation]] = MappingProxyType(self._annotations)
         self._keys_by_graph: Dict[int, Set[int]] = {}
-        self._topology: Dict[int, List[TopologyNode]] = {}
+        self._topology: Dict[int, Union[List[TopologyNode], _WalkedNodes]] = {}
         # Top-level graphs of captures that are being recorded: a scope whose stream
         # captures into any other graph is inside a conditional body.
         self._capture_graphs: Set[int] = set()
@@ -590,36 +590,35 @@ class Recorder:
         return bodies
 
     def _record_walked_topology(self, graph_id: int, node_count: int, walked: list[tuple]) -> None:
-        """``record_topology`` from one native walk (the driver's ``walk_topology``)."""
-        entries = []
-        for node_id, node_type, name, deps, grid, block in walked:
+        """``record_topology`` from one native walk (the driver's ``walk_topology``): its
+        rows are kept as they are, and read as entries when the topology is asked for."""
+        local_ids = []
+        for node_id, node_type, *_ in walked:
             if node_id >> 32 != graph_id:
                 raise RuntimeError(
                     f"node id {node_id:#x} does not belong to graph {graph_id}: the id "
                     "source numbers nodes differently than expected"
                 )
-            local_id = node_id & LOCAL_ID_MASK
-            kind = ANNOTATABLE_KINDS[node_type]
-            entries.append(
-                TopologyNode(
-                    local_id,
-                    kind,
-                    name,
-                    tuple(deps),
-                    tuple(grid) if grid is not None else None,  # type: ignore[arg-type]
-                    tuple(block) if block is not None else None,  # type: ignore[arg-type]
+            if node_type not in ANNOTATABLE_KINDS:
+                raise RuntimeError(
+                    f"the native walk gave a node of type {node_type}, not a kernel, memcpy or memset"
                 )
-            )
-        self.set_annotatable(graph_id, [entry.local_id for entry in entries], node_count)
+            local_ids.append(node_id & LOCAL_ID_MASK)
+        self.set_annotatable(graph_id, local_ids, node_count)
         with self._lock:
-            self._topology[graph_id] = entries
+            self._topology[graph_id] = _WalkedNodes(walked)
 
     def topology(self) -> Dict[int, List[Dict[str, Any]]]:
         with self._lock:
             recorded = list(self._topology.items())
         result = {}
-        for graph_id, entries in recorded:
+        for graph_id, recorded_entries in recorded:
             high = graph_id << 32
+            entries = (
+                [_entry_of_walked(row) for row in recorded_entries]
+                if type(recorded_entries) is _WalkedNodes
+                else recorded_entries
+            )
             result[graph_id] = [
                 {
                     "id": high | entry.local_id,
@@ -648,6 +647,25 @@ class Recorder:
         self._failures_reported += 1
         level = logging.WARNING if self._failures_reported == 1 else logging.DEBUG
         logger.log(level, "cgfast.capture: %s failed; its annotations are dropped", what, exc_info=exc_info)
+
+
+class _WalkedNodes(list):
+    """A graph's topology as the native walk gave it: rows ``(node id, node type, kernel
+    name, local ids of dependencies, grid, block)``, made entries when read."""
+
+    __slots__ = ()
+
+
+def _entry_of_walked(row: tuple) -> TopologyNode:
+    node_id, node_type, name, deps, grid, block = row
+    return TopologyNode(
+        node_id & LOCAL_ID_MASK,
+        ANNOTATABLE_KINDS[node_type],
+        name,
+        tuple(deps),
+        tuple(grid) if grid is not None else None,  # type: ignore[arg-type]
+        tuple(block) if block is not None else None,  # type: ignore[arg-type]
+    )
 
 
 def _graph_of(nodes: Any) -> int:
