@@ -13,6 +13,10 @@ each module launched a kernel): what an active handle adds per module call of 20
 ``nn.ReLU`` modules (a forward's two node counts through the extension, the spans), and
 what the capture's end costs (resolving the spans, one native walk of the graph,
 remapping), medians of ``--repeat`` x 10 captures.
+Without a GPU also, for each model (batch 1, 64x64, one CPU thread): its forward captured
+on the stand-in driver plain, with ``annotate_modules`` and with ``stacks=True``, medians of
+``--repeat`` captures each, interleaved: what each adds in ms and per aten op (the CPU does
+the model's work too, so ratios to plain mean nothing here; a GPU capture only launches).
 With a GPU also, side by side in one run: capture time of ``torch.cuda.graph`` around one
 forward (batch 8, ``torch.no_grad``) plain, with ``annotate_modules`` (without and
 with ``stacks=True``, and with ``flops=True``), with ``annotate_all_modules`` (what ``cgfast run`` opens), and with a
@@ -148,6 +152,46 @@ class _StandInGraph:
         return 0x77
 
 
+@contextlib.contextmanager
+def stand_in_driver(nodes: int):
+    """cgfast's backend on the stand-in driver (``nodes`` nodes, count queries counting up)
+    and ``_StandInGraph`` patched as ``install()`` patches torch's graph class."""
+    with tempfile.TemporaryDirectory() as directory:
+        library = build_stand_in(directory, nodes, growing=True)
+        lib = ctypes.CDLL(library)
+        _StandInGraph.restart = lib.stand_in_restart
+        state.use_backend(
+            Backend(LibcudaGraphs(lib), CuptiIdSource(library), _StandInGraph.streams, "stand-in")
+        )
+        patch_class(_StandInGraph)
+        try:
+            yield
+        finally:
+            unpatch_class(_StandInGraph)
+            state.forget_backend()
+
+
+def _stand_in_capture(model, x, variant: str) -> tuple:
+    """One stand-in capture of ``model(x)`` under ``torch.no_grad``: (forward seconds,
+    capture end seconds, nodes annotated)."""
+    handle = capture.annotate_modules(model, stacks=variant == "stacks") if variant != "plain" else None
+    graph = _StandInGraph()
+    try:
+        with torch.no_grad():
+            graph.capture_begin()
+            start = time.perf_counter()
+            model(x)
+            forward = time.perf_counter() - start
+            start = time.perf_counter()
+            graph.capture_end()
+            end = time.perf_counter() - start
+        return forward, end, len(capture.get_kernel_annotations())
+    finally:
+        if handle is not None:
+            handle.remove()
+        capture.clear_kernel_annotations()
+
+
 def stand_in_capture_us(repeat: int) -> dict:
     """Inside a capture on the stand-in driver: what an active handle adds per module call
     (200 ``nn.ReLU`` in a ``Sequential``, a 1-element input: one op a module), without and
@@ -156,44 +200,19 @@ def stand_in_capture_us(repeat: int) -> dict:
     model = torch.nn.Sequential(*[torch.nn.ReLU() for _ in range(200)])
     x = torch.zeros(1)
     calls = 201
-    with tempfile.TemporaryDirectory() as directory:
-        library = build_stand_in(directory, 1024, growing=True)
-        lib = ctypes.CDLL(library)
-        _StandInGraph.restart = lib.stand_in_restart
-        state.use_backend(
-            Backend(LibcudaGraphs(lib), CuptiIdSource(library), _StandInGraph.streams, "stand-in")
-        )
-        patch_class(_StandInGraph)
-        forward = {"plain": [], "annotated": [], "stacks": []}
-        end_us = []
-        try:
-            for _ in range(repeat * 10):
-                for variant in forward:
-                    handle = (
-                        capture.annotate_modules(model, stacks=variant == "stacks")
-                        if variant != "plain"
-                        else None
-                    )
-                    graph = _StandInGraph()
-                    with torch.no_grad():
-                        graph.capture_begin()
-                        start = time.perf_counter()
-                        model(x)
-                        forward[variant].append(time.perf_counter() - start)
-                        start = time.perf_counter()
-                        graph.capture_end()
-                        if variant == "annotated":
-                            end_us.append((time.perf_counter() - start) * 1e6)
-                    if variant == "annotated":
-                        annotated = len(capture.get_kernel_annotations())
-                    if handle is not None:
-                        handle.remove()
-                    capture.clear_kernel_annotations()
-        finally:
-            unpatch_class(_StandInGraph)
-            state.forget_backend()
-    if annotated != 2 * calls - 1:  # every node but the one after the root's exit
-        raise SystemExit(f"the stand-in capture annotated {annotated} nodes, not {2 * calls - 1}")
+    forward: dict = {"plain": [], "annotated": [], "stacks": []}
+    end_us = []
+    with stand_in_driver(1024):
+        for _ in range(repeat * 10):
+            for variant in forward:
+                seconds, end, annotated = _stand_in_capture(model, x, variant)
+                forward[variant].append(seconds)
+                if variant == "annotated":
+                    end_us.append(end * 1e6)
+                    if annotated != 2 * calls - 1:  # every node but the one after the root's exit
+                        raise SystemExit(
+                            f"the stand-in capture annotated {annotated} nodes, not {2 * calls - 1}"
+                        )
     plain = statistics.median(forward["plain"]) * 1e6 / calls
     within = statistics.median(forward["annotated"]) * 1e6 / calls
     stacks = statistics.median(forward["stacks"]) * 1e6 / calls
@@ -204,6 +223,44 @@ def stand_in_capture_us(repeat: int) -> dict:
         "stacks": stacks,
         "stacks_added": stacks - plain,
         "capture_end": statistics.median(end_us),
+    }
+
+
+def stand_in_model_ms(model, x, repeat: int) -> dict:
+    """A real model's forward captured on the stand-in driver (the CPU does the model's
+    work as well): what ``annotate_modules`` and ``stacks=True`` add to the forward, in ms
+    and per aten op, and the capture end's cost; medians of ``repeat`` captures of each,
+    interleaved."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class CountOps(TorchDispatchMode):
+        ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            CountOps.ops += 1
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), CountOps():
+        model(x)
+    variants = ("plain", "annotated", "stacks")
+    forward: dict = {variant: [] for variant in variants}
+    end: dict = {variant: [] for variant in variants}
+    with stand_in_driver(1024):
+        for variant in variants:
+            _stand_in_capture(model, x, variant)  # warm-up
+        for _ in range(repeat):
+            for variant in variants:
+                seconds, end_seconds, _ = _stand_in_capture(model, x, variant)
+                forward[variant].append(seconds * 1e3)
+                end[variant].append(end_seconds * 1e3)
+    medians = {variant: statistics.median(forward[variant]) for variant in variants}
+    return {
+        "aten_ops": CountOps.ops,
+        "forward_ms": medians,
+        "capture_end_ms": {variant: statistics.median(end[variant]) for variant in variants},
+        "annotated_added_ms": medians["annotated"] - medians["plain"],
+        "stacks_added_ms": medians["stacks"] - medians["plain"],
+        "stacks_added_us_per_op": (medians["stacks"] - medians["annotated"]) * 1e3 / CountOps.ops,
     }
 
 
@@ -578,6 +635,9 @@ def main(argv=None) -> int:
             figures.update(capture_figures(model, x, args.repeat))
             if args.profile:
                 figures["profile"] = profile_capture(model, x, args.repeat, args.profile, name)
+        else:
+            torch.set_num_threads(1)  # the model's own work, steadier
+            figures["stand_in"] = stand_in_model_ms(model, x, args.repeat)
         results["models"][name] = figures
         print(name, json.dumps(figures), flush=True)
         if cuda:
