@@ -14,7 +14,8 @@ each module launched a kernel): what an active handle adds per module call of 20
 what the capture's end costs (resolving the spans, one native walk of the graph,
 remapping), medians of ``--repeat`` x 10 captures.
 Without a GPU also, for each model (batch 1, 64x64, one CPU thread): its forward captured
-on the stand-in driver plain, with ``annotate_modules`` and with ``stacks=True``, medians of
+on the stand-in driver plain, with ``annotate_modules``, with ``stacks=True`` and with a no-op
+dispatch mode besides ``annotate_modules`` (the floor of ``stacks=True``), medians of
 ``--repeat`` captures each, interleaved: what each adds in ms and per aten op (the CPU does
 the model's work too, so ratios to plain mean nothing here; a GPU capture only launches).
 With a GPU also, side by side in one run: capture time of ``torch.cuda.graph`` around one
@@ -173,15 +174,19 @@ def stand_in_driver(nodes: int):
 
 def _stand_in_capture(model, x, variant: str) -> tuple:
     """One stand-in capture of ``model(x)`` under ``torch.no_grad``: (forward seconds,
-    capture end seconds, nodes annotated)."""
+    capture end seconds, nodes annotated). ``variant``: plain, annotated, stacks, or
+    noop_dispatch_mode (annotated, and a dispatch mode that only calls each op)."""
     handle = capture.annotate_modules(model, stacks=variant == "stacks") if variant != "plain" else None
     graph = _StandInGraph()
     try:
         with torch.no_grad():
             graph.capture_begin()
+            mode = NoopMode.dispatch() if variant == "noop_dispatch_mode" else None
             start = time.perf_counter()
             model(x)
             forward = time.perf_counter() - start
+            if mode is not None:
+                mode.remove()
             start = time.perf_counter()
             graph.capture_end()
             end = time.perf_counter() - start
@@ -242,7 +247,7 @@ def stand_in_model_ms(model, x, repeat: int) -> dict:
 
     with torch.no_grad(), CountOps():
         model(x)
-    variants = ("plain", "annotated", "stacks")
+    variants = ("plain", "annotated", "stacks", "noop_dispatch_mode")
     forward: dict = {variant: [] for variant in variants}
     end: dict = {variant: [] for variant in variants}
     with stand_in_driver(1024):
@@ -261,6 +266,10 @@ def stand_in_model_ms(model, x, repeat: int) -> dict:
         "annotated_added_ms": medians["annotated"] - medians["plain"],
         "stacks_added_ms": medians["stacks"] - medians["plain"],
         "stacks_added_us_per_op": (medians["stacks"] - medians["annotated"]) * 1e3 / CountOps.ops,
+        # what a dispatch mode costs an op by itself: the floor of the line above
+        "noop_dispatch_mode_us_per_op": (medians["noop_dispatch_mode"] - medians["annotated"])
+        * 1e3
+        / CountOps.ops,
     }
 
 
