@@ -14,8 +14,9 @@ each module launched a kernel): what an active handle adds per module call of 20
 what the capture's end costs (resolving the spans, one native walk of the graph,
 remapping), medians of ``--repeat`` x 10 captures.
 Without a GPU also, for each model (batch 1, 64x64, one CPU thread): its forward captured
-on the stand-in driver plain, with ``annotate_modules``, with ``stacks=True`` and with a no-op
-dispatch mode besides ``annotate_modules`` (the floor of ``stacks=True``), medians of
+on the stand-in driver plain, with ``annotate_modules``, with ``stacks=True``, with
+``flops=True`` and with a no-op dispatch mode besides ``annotate_modules`` (the floor of
+``stacks=True`` and ``flops=True``, each a dispatch mode), medians of
 ``--repeat`` captures each, interleaved: what each adds in ms and per aten op (the CPU does
 the model's work too, so ratios to plain mean nothing here; a GPU capture only launches).
 With a GPU also, side by side in one run: capture time of ``torch.cuda.graph`` around one
@@ -174,9 +175,13 @@ def stand_in_driver(nodes: int):
 
 def _stand_in_capture(model, x, variant: str) -> tuple:
     """One stand-in capture of ``model(x)`` under ``torch.no_grad``: (forward seconds,
-    capture end seconds, nodes annotated). ``variant``: plain, annotated, stacks, or
+    capture end seconds, nodes annotated). ``variant``: plain, annotated, stacks, flops, or
     noop_dispatch_mode (annotated, and a dispatch mode that only calls each op)."""
-    handle = capture.annotate_modules(model, stacks=variant == "stacks") if variant != "plain" else None
+    handle = (
+        capture.annotate_modules(model, stacks=variant == "stacks", flops=variant == "flops")
+        if variant != "plain"
+        else None
+    )
     graph = _StandInGraph()
     try:
         with torch.no_grad():
@@ -247,7 +252,7 @@ def stand_in_model_ms(model, x, repeat: int) -> dict:
 
     with torch.no_grad(), CountOps():
         model(x)
-    variants = ("plain", "annotated", "stacks", "noop_dispatch_mode")
+    variants = ("plain", "annotated", "stacks", "flops", "noop_dispatch_mode")
     forward: dict = {variant: [] for variant in variants}
     end: dict = {variant: [] for variant in variants}
     with stand_in_driver(1024):
@@ -266,6 +271,8 @@ def stand_in_model_ms(model, x, repeat: int) -> dict:
         "annotated_added_ms": medians["annotated"] - medians["plain"],
         "stacks_added_ms": medians["stacks"] - medians["plain"],
         "stacks_added_us_per_op": (medians["stacks"] - medians["annotated"]) * 1e3 / CountOps.ops,
+        "flops_added_ms": medians["flops"] - medians["plain"],
+        "flops_added_us_per_op": (medians["flops"] - medians["annotated"]) * 1e3 / CountOps.ops,
         # what a dispatch mode costs an op by itself: the floor of the line above
         "noop_dispatch_mode_us_per_op": (medians["noop_dispatch_mode"] - medians["annotated"])
         * 1e3

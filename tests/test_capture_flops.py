@@ -269,3 +269,55 @@ def test_a_higher_order_op_runs_uncounted_and_what_follows_is_counted(fake):
     [node] = [nodes[0] for name, nodes, _ in launcher.launched if name == "cond"]
     assert g.graph_exec.id << 32 | node.local_id not in counts
     assert sum(c["flops"] for c in counts.values()) == 2 * 2 * 4 * 4  # the addmm after it
+
+
+def test_formulas_get_the_shapes_their_wrapper_would_give_them():
+    """``formula_flops`` skips the shape wrapper's pytree round trip: for every formula
+    torch registers, on the ops and arguments a model gives them, the same FLOPs as the
+    registered (wrapped) formula; values it does not know go through the wrapper."""
+    from torch.utils._pytree import tree_map
+    from torch.utils.flop_counter import flop_registry, get_shape
+
+    from cgfast.capture._op_counts import _shape_formulas, _shapes, formula_flops
+
+    code, leaves, size = _shape_formulas()
+    assert code is not None
+    seen = []
+
+    class Compare(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            formula = flop_registry.get(func._overloadpacket)
+            if formula is not None:
+                assert getattr(formula, "__code__", None) is code  # the quick path is taken
+                assert _shapes((args, kwargs, out), leaves, size) == tree_map(get_shape, (args, kwargs, out))
+                assert formula_flops(formula, args, kwargs, out) == formula(*args, **kwargs, out_val=out)
+                seen.append(func._overloadpacket)
+            return out
+
+    config = transformers.LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=1, num_attention_heads=4
+    )
+    llama = transformers.LlamaForCausalLM(config)
+    conv = timm.create_model("resnet18", pretrained=False)
+    with Compare():
+        llama(torch.randint(0, 64, (2, 8))).logits.sum().backward()
+        conv(torch.randn(2, 3, 32, 32)).sum().backward()
+        torch.baddbmm(torch.randn(2, 3, 5), torch.randn(2, 3, 4), torch.randn(2, 4, 5))
+        torch.bmm(torch.randn(2, 3, 4), torch.randn(2, 4, 5))
+    assert {"mm", "addmm", "bmm", "convolution", "convolution_backward", "baddbmm"} <= {
+        packet.__name__ for packet in seen
+    }
+    # a torch.Size becomes a tuple, as pytree rebuilds it; an unknown value is not converted
+    assert _shapes([torch.Size([2, 3]), {"a": torch.zeros(4)}], leaves, size) == [
+        (2, 3),
+        {"a": torch.Size([4])},
+    ]
+
+    class Odd(int):
+        pass
+
+    mm = flop_registry[torch.ops.aten.mm]
+    a, b = torch.zeros(2, 3), torch.zeros(3, 5)
+    assert formula_flops(mm, (a, b), {"unused": Odd(1)}, None) == mm(a, b, unused=Odd(1)) == 60
