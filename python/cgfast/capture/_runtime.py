@@ -161,9 +161,9 @@ class CaptureRuntime:
         self.stack_filters: Dict[Optional[Tuple[str, ...]], Tuple[Tuple[str, ...], Dict[str, bool]]] = {}
         # id of the Python frame of a module call under way that records (``module_call``)
         # -> the user frames from it outward, as (distance from it, "file:line:function"),
-        # once an op inside needed them (None before): its callers' lines cannot change
-        # while it runs, so every op inside walks only up to it
-        self.stack_outer_frames: Dict[int, Optional[List[Tuple[int, str]]]] = {}
+        # noted at its entry: its callers' lines cannot change while it runs, so every op
+        # inside walks only up to it
+        self.stack_outer_frames: Dict[int, List[Tuple[int, str]]] = {}
         # autograd sequence number -> the frames of the forward op that made the node,
         # for the backward nodes' launch frames; kept while stacks are asked for
         self.forward_stacks: Dict[int, Tuple[str, ...]] = {}

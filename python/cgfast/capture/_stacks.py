@@ -118,6 +118,8 @@ def enter_module_call(call_frame: FrameType) -> int:
     """Note the user frames outside ``call_frame``, a module call that records, for the
     walks of the ops inside it (the lines of its callers cannot change while it runs);
     returns the key to give ``exit_module_call``."""
+    # user_frames' walk, keeping distances: one walk shared by both (a generator, or
+    # pairs stripped per op) cost stacks=True about 10% an op, side by side
     roots, noise_of = _filter()
     outer_frames = runtime.stack_outer_frames
     outer: List[Tuple[int, str]] = []
