@@ -132,7 +132,7 @@ def _counts(func: Any, args: tuple, kwargs: dict, out: Any) -> tuple:
 
     formula = flop_registry.get(func._overloadpacket)
     flops = formula_flops(formula, args, kwargs, out) if formula is not None else 0
-    return int(flops), tensor_bytes(args) + tensor_bytes(kwargs) + tensor_bytes(out)
+    return int(flops), tensor_bytes((args, kwargs, out))
 
 
 @functools.cache
