@@ -50,6 +50,8 @@ import tempfile
 import time
 
 import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import cgfast
 from bench_driver_calls import build_stand_in
@@ -238,10 +240,9 @@ def stand_in_capture_us(repeat: int) -> dict:
 
 def stand_in_model_ms(model, x, repeat: int) -> dict:
     """A real model's forward captured on the stand-in driver (the CPU does the model's
-    work as well): what ``annotate_modules`` and ``stacks=True`` add to the forward, in ms
-    and per aten op, and the capture end's cost; medians of ``repeat`` captures of each,
-    interleaved."""
-    from torch.utils._python_dispatch import TorchDispatchMode
+    work as well): what ``annotate_modules``, ``stacks=True``, ``flops=True`` and a no-op
+    dispatch mode beside ``annotate_modules`` add to the forward, in ms and per aten op,
+    and the capture end's cost; medians of ``repeat`` captures of each, interleaved."""
 
     class CountOps(TorchDispatchMode):
         ops = 0
@@ -312,6 +313,16 @@ class ScopePerModule:
         capture.disable_annotations()
 
 
+class _NoopDispatch(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+class _NoopFunction(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
 class NoopMode:
     """A torch dispatch or function mode that only calls what it sees, active until
     ``remove()``: the cost of the mode itself, which every op pays."""
@@ -325,23 +336,11 @@ class NoopMode:
 
     @classmethod
     def dispatch(cls) -> NoopMode:
-        from torch.utils._python_dispatch import TorchDispatchMode
-
-        class Dispatch(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                return func(*args, **(kwargs or {}))
-
-        return cls(Dispatch())
+        return cls(_NoopDispatch())
 
     @classmethod
     def function(cls) -> NoopMode:
-        from torch.overrides import TorchFunctionMode
-
-        class Function(TorchFunctionMode):
-            def __torch_function__(self, func, types, args=(), kwargs=None):
-                return func(*args, **(kwargs or {}))
-
-        return cls(Function())
+        return cls(_NoopFunction())
 
 
 def capture_ms(model, x) -> float:
